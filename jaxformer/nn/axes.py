@@ -33,12 +33,12 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # logical name -> mesh axis (None: replicated). Batch over data x fsdp, weights sharded
 # fully over fsdp (ZeRO-3 style) and over tensor along heads / MLP width / vocab.
 RULES = (
-    (BATCH, ("data", "fsdp")),
-    (LENGTH, None),
-    (EMBED, "fsdp"),
-    (EMBED_OUT, None),
-    (HEADS, "tensor"),
-    (KV, None),
-    (MLP, "tensor"),
-    (VOCAB, "tensor"),
+  (BATCH, ("data", "fsdp")),
+  (LENGTH, None),
+  (EMBED, "fsdp"),
+  (EMBED_OUT, None),
+  (HEADS, "tensor"),
+  (KV, None),
+  (MLP, "tensor"),
+  (VOCAB, "tensor"),
 )

@@ -1,0 +1,49 @@
+"""Residual wiring of one layer (steps 2 and 8).
+
+  single skip (step 2): O = x + ffn(mixer(x))        ffn = sigma, or an MLP (step 8)
+  split skip  (step 8): h = x + mixer(x);  O = h + ffn(h)
+with layer norm placed `pre` (inside each branch, GPT-2) or `post` (after each sum,
+the original Transformer), or `none`. The split skip with a norm between mixer and
+MLP is what stops W1 from being absorbed into Wo.
+"""
+
+import flax.linen as nn
+
+from jaxformer.math import mlp as mlp_math
+from jaxformer.nn.layers import LayerNorm
+
+SKIPS = ("single", "split")
+NORMS = ("none", "pre", "post")
+
+
+class Activation(nn.Module):
+  """The elementwise sigma of O_L = x_L + sigma(s_L), before the MLP exists."""
+
+  activation: str = "gelu"
+
+  def __call__(self, x):
+    return mlp_math.ACTIVATIONS[self.activation](x)
+
+
+class Block(nn.Module):
+  mixer: nn.Module
+  ffn: nn.Module
+  skip: str = "single"
+  norm: str = "none"
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    pre = (lambda name: LayerNorm(name=name)) if self.norm == "pre" else (lambda name: _identity)
+    post = (lambda name: LayerNorm(name=name)) if self.norm == "post" else (lambda name: _identity)
+    if self.skip == "single":
+      out_BLD = post("norm")(x_BLD + self.ffn(self.mixer(pre("norm")(x_BLD))))
+    else:
+      h_BLD = post("norm1")(x_BLD + self.mixer(pre("norm1")(x_BLD)))
+      self.sow("intermediates", "resid_mid", h_BLD)
+      out_BLD = post("norm2")(h_BLD + self.ffn(pre("norm2")(h_BLD)))
+    self.sow("intermediates", "resid_post", out_BLD)
+    return out_BLD
+
+
+def _identity(x):
+  return x

@@ -1,0 +1,67 @@
+"""The language-model shell every rung shares: tokens_BL -> logits_BLV.
+
+  x_BLD = embed[tokens] + positions[:L];  x = layer(x) for each layer;  logits = x W_out
+Positions are learned, sinusoidal, or none (the recurrent rungs know order already).
+The output layer is untied by default: tied embeddings stalled recall training in
+jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
+"""
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from jaxformer.math import layers as layers_math
+from jaxformer.nn import axes
+from jaxformer.nn.layers import LayerNorm, param
+
+POSITIONS = ("none", "learned", "sinusoidal")
+
+
+class LanguageModel(nn.Module):
+  vocab_size: int
+  d_model: int
+  max_len: int
+  layers: Sequence[nn.Module]
+  positions: str = "learned"
+  final_norm: bool = False
+  tie_embeddings: bool = False
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, tokens_BL):
+    length = tokens_BL.shape[1]
+    if length > self.max_len:
+      raise ValueError(f"sequence length {length} > max_len={self.max_len}")
+    embed_VD = param(
+      self,
+      "embed",
+      (self.vocab_size, self.d_model),
+      (axes.VOCAB, axes.EMBED),
+      nn.initializers.normal(stddev=0.02),
+    )
+    x_BLD = jnp.take(embed_VD, tokens_BL, axis=0).astype(self.dtype)
+    if self.positions == "learned":
+      pos_LD = param(
+        self,
+        "pos_embed",
+        (self.max_len, self.d_model),
+        (None, axes.EMBED),
+        nn.initializers.normal(stddev=0.02),
+      )
+      x_BLD = x_BLD + pos_LD[:length].astype(self.dtype)
+    elif self.positions == "sinusoidal":
+      x_BLD = x_BLD + layers_math.sinusoidal_positions(length, self.d_model).astype(self.dtype)
+    x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
+    self.sow("intermediates", "embedded", x_BLD)
+    for layer in self.layers:
+      x_BLD = layer(x_BLD)
+      x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
+    if self.final_norm:
+      x_BLD = LayerNorm(name="final_norm")(x_BLD)
+    if self.tie_embeddings:
+      logits_BLV = jnp.einsum("BLD,VD->BLV", x_BLD, embed_VD.astype(self.dtype))
+    else:
+      w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
+      logits_BLV = jnp.einsum("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
+    return logits_BLV.astype(jnp.float32)

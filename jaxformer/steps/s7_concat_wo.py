@@ -1,0 +1,41 @@
+"""Step 7: the value cache is too large -> low-rank values, concat + Wo.
+
+Pressure: summed heads s_L = sum_j sum_i a_ij V_j x_i need a D-dim value per head and
+token in the cache. Write V_j as Wo_j Wv_j with Wv_j of shape K x D (K = r < D) and
+Wo_j of shape D x K: s_L = sum_j Wo_j sum_i a_ij Wv_j x_i = concat_j(o_j) Wo.
+Cache only the r-dim values Wv_j x_i; Wo projects back up after the sum.
+With r = D and every Wo_j = I this is exactly the summed form of step 4.
+"""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from jaxformer.math import heads
+from jaxformer.nn import axes
+from jaxformer.nn.layers import param
+
+
+class ConcatWo(nn.Module):
+  width: int
+  num_heads: int
+  rank: int
+  use_bias: bool = False
+
+  def setup(self):
+    self.wv_DHK = param(
+      self, "wv", (self.width, self.num_heads, self.rank), (axes.EMBED, axes.HEADS, axes.KV)
+    )
+    self.wo_HKD = param(
+      self, "wo", (self.num_heads, self.rank, self.width), (axes.HEADS, axes.KV, axes.EMBED)
+    )
+    if self.use_bias:
+      self.bv_HK = param(self, "bv", (self.num_heads, self.rank), (axes.HEADS, axes.KV))
+      self.bo_D = param(self, "bo", (self.width,), (axes.EMBED,))
+
+  def values(self, x_BMD):
+    v_BMHK = jnp.einsum("BMD,DHK->BMHK", x_BMD, self.wv_DHK.astype(x_BMD.dtype))
+    return v_BMHK + self.bv_HK.astype(x_BMD.dtype) if self.use_bias else v_BMHK
+
+  def combine(self, o_BLHK):
+    out_BLD = heads.combine_concat(o_BLHK, self.wo_HKD.astype(o_BLHK.dtype))
+    return out_BLD + self.bo_D.astype(o_BLHK.dtype) if self.use_bias else out_BLD

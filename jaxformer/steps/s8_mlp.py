@@ -1,0 +1,43 @@
+"""Step 8: the MLP is a key-value store too -> W1, W2.
+
+Pressure: a position-wise memory of patterns. W2 sigma(W1 x): rows of W1 are keys,
+columns of W2 the values written into the residual stream (Geva et al. 2021).
+Equation: mlp_BLD = sigma(x_BLD W1_DF + b1_F) W2_FD + b2_D.
+Without W2 (`w2=False`) hidden unit f writes coordinate f only, so F must equal D.
+With a single skip W1 can be absorbed into Wo (W1 Wo_j is one matrix); the split skip
+with a norm in between (jaxformer.nn.block) breaks that, giving the Transformer block.
+"""
+
+import flax.linen as nn
+
+from jaxformer.math import mlp as mlp_math
+from jaxformer.nn import axes
+from jaxformer.nn.layers import param
+
+
+class MlpKV(nn.Module):
+  d_ff: int
+  activation: str = "gelu"
+  w2: bool = True
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    width = x_BLD.shape[-1]
+    if not self.w2 and self.d_ff != width:
+      raise ValueError(
+        f"d_ff={self.d_ff}: without W2 each key writes one coordinate, so d_ff must equal d_model={width}"
+      )
+    w1 = param(self, "w1", (width, self.d_ff), (axes.EMBED, axes.MLP)).astype(x_BLD.dtype)
+    b1 = self._bias("b1", self.d_ff, axes.MLP, x_BLD.dtype)
+    pre_BLF = x_BLD @ w1 + b1
+    self.sow("intermediates", "mlp_pre", pre_BLF)
+    post_BLF = mlp_math.ACTIVATIONS[self.activation](pre_BLF)
+    self.sow("intermediates", "mlp_post", post_BLF)
+    if not self.w2:
+      return post_BLF
+    w2 = param(self, "w2", (self.d_ff, width), (axes.MLP, axes.EMBED)).astype(x_BLD.dtype)
+    return post_BLF @ w2 + self._bias("b2", width, axes.EMBED, x_BLD.dtype)
+
+  def _bias(self, name, size, axis, dtype):
+    return param(self, name, (size,), (axis,)).astype(dtype) if self.use_bias else 0.0
