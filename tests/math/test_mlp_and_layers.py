@@ -1,0 +1,63 @@
+"""The MLP is an explicit key-value memory; small shared layers are what they claim."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import parameterized
+
+from jaxformer.math import layers, mlp, recurrent
+
+
+class MlpTest(chex.TestCase):
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters("gelu", "relu", "tanh")
+  def test_sum_over_key_value_pairs_equals_w2_sigma_w1(self, activation):
+    keys = jax.random.split(jax.random.key(0), 5)
+    x = jax.random.normal(keys[0], (2, 4, 6))
+    w1 = jax.random.normal(keys[1], (6, 10))
+    b1 = jax.random.normal(keys[2], (10,))
+    w2 = jax.random.normal(keys[3], (10, 6))
+    b2 = jax.random.normal(keys[4], (6,))
+    dense = self.variant(mlp.mlp, static_argnums=5)(x, w1, b1, w2, b2, activation)
+    memory = self.variant(mlp.mlp_as_memory, static_argnums=5)(x, w1.T, b1, w2, b2, activation)
+    chex.assert_trees_all_close(dense, memory, atol=1e-4, rtol=1e-5)
+
+
+class LayersTest(chex.TestCase):
+  def test_layer_norm_standardizes(self):
+    x = 3.0 + 2.0 * jax.random.normal(jax.random.key(1), (4, 5, 16))
+    y = layers.layer_norm(x, jnp.ones(16), jnp.zeros(16))
+    chex.assert_trees_all_close(y.mean(-1), jnp.zeros((4, 5)), atol=1e-5)
+    chex.assert_trees_all_close(y.std(-1), jnp.ones((4, 5)), atol=1e-3)
+
+  def test_sinusoidal_table_values(self):
+    table = layers.sinusoidal_positions(50, 8)
+    chex.assert_shape(table, (50, 8))
+    np.testing.assert_allclose(table[0], [0, 1, 0, 1, 0, 1, 0, 1], atol=1e-7)
+    np.testing.assert_allclose(table[7, 0], np.sin(7.0), rtol=1e-6)
+    np.testing.assert_allclose(table[7, 3], np.cos(7.0 * 10_000 ** (-2 / 8)), rtol=1e-5)
+
+
+class RecurrentTest(chex.TestCase):
+  @parameterized.parameters("elman", "gru", "lstm")
+  def test_scan_equals_a_python_loop_and_is_causal(self, cell):
+    d, e = 5, 3
+    g = recurrent.GATES[cell] * d
+    keys = jax.random.split(jax.random.key(2), 4)
+    params = {
+      "wx": jax.random.normal(keys[0], (e, g)) * 0.5,
+      "wh": jax.random.normal(keys[1], (d, g)) * 0.5,
+      "b": jax.random.normal(keys[2], (g,)) * 0.1,
+    }
+    x = jax.random.normal(keys[3], (2, 6, e))
+    _, h = recurrent.run(cell, params, x)
+    chex.assert_shape(h, (2, 6, d))
+    carry = recurrent.initial_carry(cell, 2, d)
+    fn = {"elman": recurrent.elman, "gru": recurrent.gru, "lstm": recurrent.lstm}[cell]
+    for t in range(6):
+      carry, h_t = fn(params, carry, x[:, t])
+      chex.assert_trees_all_close(h[:, t], h_t, atol=1e-6)
+    _, h2 = recurrent.run(cell, params, x.at[:, 4].set(0.0))
+    chex.assert_trees_all_close(h[:, :4], h2[:, :4])
+    self.assertGreater(float(jnp.abs(h[:, 4:] - h2[:, 4:]).max()), 1e-4)

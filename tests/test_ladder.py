@@ -1,0 +1,161 @@
+"""Every rung builds, is causal, trains, and keeps the properties its step claims."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+
+from jaxformer import ladder
+
+B, L = 2, 12
+
+
+def _tokens(config, seed=0):
+  return jax.random.randint(jax.random.key(seed), (B, L), 0, config.vocab_size)
+
+
+def _init(name, **overrides):
+  config = ladder.default_config(name)
+  with config.unlocked():
+    config.update(overrides)
+  model = ladder.build(name, config)
+  params = nn.unbox(model.init(jax.random.key(1), _tokens(config)))
+  return config, model, params
+
+
+@pytest.mark.parametrize("name", ladder.RUNGS)
+def test_rung_forward_shape_and_a_finite_gradient_step(name):
+  config, model, params = _init(name)
+  tokens = _tokens(config)
+  chex.assert_shape(model.apply(params, tokens), (B, L, config.vocab_size))
+
+  @jax.jit
+  def step(params):
+    def loss_fn(p):
+      logits = model.apply(p, tokens)
+      return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:]).mean()
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    return loss, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), grads
+
+  loss, new_params, grads = step(params)
+  assert np.isfinite(float(loss))
+  chex.assert_tree_all_finite(grads)
+  chex.assert_tree_all_finite(new_params)
+  moved = jax.tree.leaves(
+    jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), params, new_params)
+  )
+  assert max(moved) > 0.0
+  loss2, _, _ = step(new_params)
+  assert float(loss2) < float(loss)
+
+
+@pytest.mark.parametrize("name", ladder.RUNGS)
+def test_rung_is_causal(name):
+  config, model, params = _init(name)
+  tokens = _tokens(config)
+  t = 6
+  changed = tokens.at[:, t].set((tokens[:, t] + 1) % config.vocab_size)
+  before, after = model.apply(params, tokens), model.apply(params, changed)
+  chex.assert_trees_all_close(before[:, :t], after[:, :t], atol=1e-6)
+  assert float(jnp.abs(before[:, t] - after[:, t]).max()) > 1e-6
+
+
+def test_stateless_outputs_change_only_where_the_token_changed():
+  config, model, params = _init("stateless")
+  tokens = _tokens(config)
+  changed = tokens.at[:, 5].set((tokens[:, 5] + 3) % config.vocab_size)
+  diff = jnp.abs(model.apply(params, tokens) - model.apply(params, changed)).max(axis=(0, 2))
+  np.testing.assert_array_equal(np.asarray(diff) > 1e-6, np.arange(L) == 5)
+
+
+def test_source_only_sends_the_same_weight_to_every_receiver():
+  config, model, params = _init("source_only")
+  _, state = model.apply(params, _tokens(config), mutable=["intermediates"])
+  a_BHLM = state["intermediates"]["layers_0"]["mixer"]["weights"][0]
+  # For each source i, every receiver L >= i gets the same coefficient (normalizer none).
+  for i in range(L):
+    column = a_BHLM[:, :, i:, i]
+    chex.assert_trees_all_close(column, jnp.broadcast_to(column[:, :, :1], column.shape), atol=1e-6)
+  assert float(jnp.abs(a_BHLM).max()) > 1e-3
+
+
+def test_matrix_sum_is_not_symmetric():
+  config, model, params = _init("matrix_sum")
+  _, state = model.apply(params, _tokens(config), mutable=["intermediates"])
+  a_BHLM = state["intermediates"]["layers_0"]["mixer"]["weights"][0]
+  column = a_BHLM[:, :, 3:, 3]
+  spread = float(jnp.abs(column - column[:, :, :1]).max())
+  assert spread > 0.05 * float(jnp.abs(column).max())
+
+
+def test_transformer_attention_equals_jax_dot_product_attention():
+  config, model, params = _init("transformer", attention="generic")
+  _, state = model.apply(params, _tokens(config), mutable=["intermediates"])
+  mixer = state["intermediates"]["layers_0"]["mixer"]
+  q, k, v = mixer["queries"][0], mixer["keys"][0], mixer["values"][0]
+  reference = jax.nn.dot_product_attention(
+    q, k, v, scale=1.0 / np.sqrt(q.shape[-1]), is_causal=True, implementation="xla"
+  )
+  chex.assert_trees_all_close(mixer["head_outputs"][0], reference, atol=1e-5)
+
+
+def _mixer_param_count(name, **overrides):
+  _, _, params = _init(name, **overrides)
+  mixer = params["params"]["layers_0"]["mixer"]
+  return sum(x.size for x in jax.tree.leaves(mixer))
+
+
+@pytest.mark.parametrize("d", [4, 8, 12])
+def test_parameter_counts_follow_the_closed_forms(d):
+  k, h = 2, 3
+  assert _mixer_param_count("full_dynamic", d_model=d, rank=k) == 2 * k * d**3
+  assert _mixer_param_count("diagonal_dynamic", d_model=d, rank=k) == 2 * k * d**2
+  assert (
+    _mixer_param_count("matrix_sum", d_model=d, rank=k, num_heads=h) == 2 * h * k * d + h * d * d
+  )
+
+
+def test_forward_compiles_once():
+  config, model, params = _init("transformer")
+
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def forward(params, tokens):
+    return model.apply(params, tokens)
+
+  for seed in range(3):
+    forward(params, _tokens(config, seed))
+
+
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("d_model", 0, "model.d_model=0"),
+    ("num_heads", 3, "not divisible by model.num_heads=3"),
+    ("normalizer", "max", "model.normalizer='max'"),
+    ("interaction", "cosine", "model.interaction='cosine'"),
+    ("temperature", float("nan"), "model.temperature=nan"),
+    ("attention", "sparse", "model.attention='sparse'"),
+  ],
+)
+def test_bad_config_names_the_field(field, value, message):
+  config = ladder.default_config("softmax")
+  with config.unlocked():
+    config[field] = value
+  with pytest.raises(ladder.ConfigError, match=message.replace("(", r"\(")):
+    ladder.build("softmax", config)
+
+
+def test_unknown_rung_lists_the_rungs():
+  with pytest.raises(ladder.ConfigError, match="rung='gpt'.*transformer"):
+    ladder.default_config("gpt")
+
+
+def test_sequence_longer_than_max_len_is_an_error():
+  config, model, params = _init("softmax")
+  with pytest.raises(ValueError, match="max_len=64"):
+    model.apply(params, jnp.zeros((1, 65), jnp.int32))
