@@ -1,0 +1,86 @@
+"""The main job: every design-pressure experiment, one report.
+
+  python -m experiments.run_all --workdir runs/ladder            # `make run`: all ten, CPU size
+  python -m experiments.run_all --only fixed_memory,cache --size tiny
+  python -m experiments.fixed_memory --workdir runs/fixed_memory # one experiment alone
+
+Writes <workdir>/report.md, <workdir>/results.json and the plots beside them. An experiment
+that crashes is reported as FAIL with its error and the others still run; the exit code is 1
+if any crashed. Seeds are fixed, so a rerun gives the same verdicts.
+"""
+
+import argparse
+import importlib
+import sys
+import time
+import traceback
+
+from experiments import report
+
+EXPERIMENTS = (
+  "fixed_memory",
+  "parallelism",
+  "symmetry",
+  "param_explosion",
+  "interaction",
+  "cache",
+  "normalization",
+  "heads",
+  "mlp_memory",
+  "beyond",
+)
+SIZES = ("tiny", "cpu", "accel")
+
+
+def run_one(module, size, workdir):
+  """Runs one experiment module; a crash becomes a FAIL result that names the error."""
+  start = time.time()
+  try:
+    result = module.run(module.get_config(size), workdir)
+  except Exception as e:  # report it and keep going: nothing else is lost
+    traceback.print_exc()
+    result = report.Result(
+      experiment=module.NAME,
+      claim=module.CLAIM,
+      setup=f"size={size}",
+      criteria=[report.Criterion(f"ran to completion (crashed: {type(e).__name__}: {e})", False)],
+      metrics={"error": f"{type(e).__name__}: {e}"},
+    )
+    result.crashed = True
+  result.seconds = time.time() - start
+  return result
+
+
+def _parser(single):
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument("--workdir", default="runs/ladder", help="where report.md and plots go")
+  parser.add_argument("--size", default="cpu", choices=SIZES, help="tiny (tests), cpu, accel")
+  if not single:
+    parser.add_argument("--only", default="", help="comma-separated experiment names")
+  return parser
+
+
+def main(argv=None, single=None):
+  args = _parser(single).parse_args(argv)
+  names = [single] if single else [n for n in args.only.split(",") if n] or list(EXPERIMENTS)
+  unknown = [n for n in names if n not in EXPERIMENTS]
+  if unknown:
+    print(f"error: --only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}")
+    return 2
+  results = []
+  for i, name in enumerate(names, 1):
+    print(f"[{i}/{len(names)}] {name} (size={args.size}) ...", flush=True)
+    module = importlib.import_module(f"experiments.{name}")
+    result = run_one(module, args.size, args.workdir)
+    results.append(result)
+    print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)
+    report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
+  path = report.write(results, args.workdir)
+  print(f"report: {path}")
+  return 1 if any(getattr(r, "crashed", False) for r in results) else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
