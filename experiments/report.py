@@ -38,6 +38,7 @@ class Result:
   table: list = dataclasses.field(default_factory=list)  # rows: dicts with the same keys
   plots: list = dataclasses.field(default_factory=list)  # file names beside the report
   seconds: float = 0.0
+  crashed: bool = False  # set when the experiment raised instead of measuring
 
   @property
   def verdict(self):

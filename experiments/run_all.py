@@ -45,8 +45,8 @@ def run_one(module, size, workdir):
       setup=f"size={size}",
       criteria=[report.Criterion(f"ran to completion (crashed: {type(e).__name__}: {e})", False)],
       metrics={"error": f"{type(e).__name__}: {e}"},
+      crashed=True,
     )
-    result.crashed = True
   result.seconds = time.time() - start
   return result
 
@@ -79,7 +79,7 @@ def main(argv=None, single=None):
     report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
   path = report.write(results, args.workdir)
   print(f"report: {path}")
-  return 1 if any(getattr(r, "crashed", False) for r in results) else 0
+  return 1 if any(r.crashed for r in results) else 0
 
 
 if __name__ == "__main__":
