@@ -10,7 +10,9 @@ contiguous slice of global_batch_size // process_count examples, which is the or
 `jax.make_array_from_process_local_data` (see `to_global`) reassembles.
 
 Records are read with one `source.__getitems__(indices)` per local batch: grain 0.2.18's
-own batching reads one record at a time, ~5x slower here (experiments/bench_loader.py).
+own batching reads one record at a time, which is slower (experiments/bench_loader.py).
+grain's thread prefetch (`to_iter_dataset(ReadOptions)`) reads the next batches while
+the training step runs; its iterator state is the number of batches returned.
 
 With drop_remainder=False the last batch of an epoch is padded to full size with
 repeats of its own examples whose `mask` is 0: shapes stay static (no recompile) and
@@ -40,7 +42,10 @@ class Loader:
         process_index: int | None = None,
         process_count: int | None = None,
         drop_remainder: bool = True,
+        num_threads: int = 2,
+        prefetch: int = 2,
     ):
+        """num_threads reader threads keep up to `prefetch` batches ahead (0: no threads)."""
         self.source = getattr(dataset, "source", dataset)  # a Dataset or a bare source
         self.spec = getattr(dataset, "spec", None)
         n = len(self.source)
@@ -78,8 +83,9 @@ class Loader:
         batches = ids.batch(G, drop_remainder=drop_remainder)  # one epoch of global batches
         self.steps_per_epoch = len(batches)
         self.num_steps = None if num_epochs is None else num_epochs * len(batches)
-        self._batches = batches.repeat(num_epochs).map(self._read)
-        self._step = 0
+        self._batches = batches.repeat(num_epochs).map(self._read)  # random access by step
+        options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
+        self._iter = self._batches.to_iter_dataset(options).__iter__()
 
     def _read(self, global_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Global batch of indices -> this process's examples, read in one call."""
@@ -99,15 +105,12 @@ class Loader:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
-        if self.num_steps is not None and self._step >= self.num_steps:
-            raise StopIteration
-        batch = self._batches[self._step]
-        self._step += 1
-        return batch
+        return next(self._iter)  # StopIteration after num_steps
 
     def get_state(self) -> dict[str, Any]:
         """JSON-serializable; save it with the training checkpoint."""
-        return {"step": self._step, **self._config, "spec": self.spec}
+        step = self._iter.get_state()["next_index"]  # batches returned, not prefetched
+        return {"step": step, **self._config, "spec": self.spec}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue from `state`: the next batch is the one after the saved step.
@@ -118,7 +121,7 @@ class Loader:
         for key, mine in {**self._config, "spec": self.spec}.items():
             if state.get(key) != mine:
                 raise DataError(f"loader state {key}={state.get(key)!r}: this loader has {mine!r}")
-        self._step = int(state["step"])
+        self._iter.set_state({"next_index": int(state["step"])})  # drops the prefetched
 
 
 def to_global(batch: dict[str, np.ndarray], sharding: jax.sharding.Sharding) -> dict:

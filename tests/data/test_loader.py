@@ -16,19 +16,18 @@ class IndexSource:
     """Example i holds i everywhere, so a batch shows which examples it read."""
 
     def __init__(self, n):
-        self.n, self.reads = n, 0
+        self.n, self.batch_reads = n, []
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
-        return {k: np.full(L, i, np.int32) for k in ("inputs", "targets")} | {
-            "mask": np.ones(L, np.int32)
-        }
+        raise AssertionError("the loader must read whole batches")
 
     def __getitems__(self, ids):
-        self.reads += 1
-        return [self[i] for i in ids]
+        self.batch_reads.append(len(ids))
+        full = lambda i: np.full(L, i, np.int32)  # noqa: E731
+        return [{"inputs": full(i), "targets": full(i), "mask": full(1)} for i in ids]
 
 
 def ids(batch):
@@ -76,10 +75,10 @@ def test_seed_and_shuffle_control_the_order():
     assert first(seed=0, shuffle=False) == list(range(10))
 
 
-def test_one_read_per_batch():
+def test_one_read_per_local_batch():
     source = IndexSource(100)
-    take(Loader(source, 20, seed=0, process_index=0, process_count=1), 3)
-    assert source.reads == 3
+    take(Loader(source, 20, seed=0, process_index=1, process_count=2, num_threads=0), 3)
+    assert source.batch_reads == [10, 10, 10]
 
 
 def test_resumed_loader_yields_exactly_the_next_batches():
