@@ -196,11 +196,13 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
             value = param.default
         _check_range(name, key, param, value)
         params[key] = value
-    _CHECKS.get(name, lambda p, f: None)(params, lambda k: f"{name}.{k}={params[k]}")
+    if name in _CHECKS:
+        _CHECKS[name](params, lambda key: f"{name}.{key}={format_value(params[key])}")
     return name, params
 
 
 # Cross-field rules: each states what the generator needs to lay out one example.
+# A rule gets the params and `f(key)`, the field as an error message starts it.
 Check = Callable[[dict[str, Any], Callable[[str], str]], None]
 
 
