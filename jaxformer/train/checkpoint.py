@@ -70,13 +70,13 @@ def _as_uint32(x: jax.Array) -> jax.Array:
 
 
 def _leaf_checksum(x: jax.Array) -> jax.Array:
-  """Two 32-bit position-weighted sums of the bits of `x`, as uint32[2].
+  """Two 32-bit position-dependent sums over the bits of `x`, as uint32[2].
 
-  Wrapping uint32 addition is associative and commutative, so the result does not depend on how
-  the array is sharded or in which order XLA reduces. Each lane changes whenever any single
-  element changes: lane 0 adds fmix32(word + position * golden) (a bijection of the word), lane 1
-  adds word * odd weight (also a bijection mod 2^32). Two lanes make a 64-bit sum for multi-element
-  damage.
+  Each 32-bit word u at flat position i becomes t = fmix32(u + i * golden), a bijection of u, so
+  changing any one element changes t. Lane 0 sums t, lane 1 sums t * (2i + 1) (an odd weight, again
+  a bijection mod 2^32): both lanes see every single-element change, and moved or multi-element
+  damage has to cancel in both at once to go unnoticed. Wrapping uint32 addition is associative and
+  commutative, so the result does not depend on the sharding or XLA's reduction order.
   """
   u = _as_uint32(x)
   idx = jnp.zeros(u.shape, jnp.uint32)
@@ -84,9 +84,9 @@ def _leaf_checksum(x: jax.Array) -> jax.Array:
   for axis in reversed(range(u.ndim)):
     idx = idx + jax.lax.broadcasted_iota(jnp.uint32, u.shape, axis) * jnp.uint32(stride % 2**32)
     stride *= u.shape[axis]
-  lane0 = _fmix32(u + idx * jnp.uint32(0x9E3779B1))
-  lane1 = u * ((idx * jnp.uint32(2) + jnp.uint32(1)) * jnp.uint32(2654435761))
-  return jnp.stack([jnp.sum(lane0, dtype=jnp.uint32), jnp.sum(lane1, dtype=jnp.uint32)])
+  t = _fmix32(u + idx * jnp.uint32(0x9E3779B1))
+  weight = idx * jnp.uint32(2) + jnp.uint32(1)
+  return jnp.stack([jnp.sum(t, dtype=jnp.uint32), jnp.sum(t * weight, dtype=jnp.uint32)])
 
 
 _checksums_jit = jax.jit(lambda leaves: [_leaf_checksum(x) for x in leaves])
@@ -171,6 +171,25 @@ def _cause(e: BaseException) -> str:
   return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
+def _checked_leaf(path, leaf):
+  """Rejects what Orbax cannot save, naming the leaf (Orbax's own errors name neither)."""
+  where = f"state{jax.tree_util.keystr(path)}"
+  if isinstance(leaf, jax.Array):
+    if jax.process_count() > 1 and leaf.is_fully_addressable:
+      raise CheckpointError(
+        f"{where} lives on this process's devices only ({type(leaf.sharding).__name__}) in a"
+        " multi-process run; give it a sharding over the global mesh (e.g. NamedSharding(mesh,"
+        " P()) for a replicated value)"
+      )
+    return leaf
+  if isinstance(leaf, np.ndarray | np.generic | int | float | bool):
+    return leaf
+  raise CheckpointError(
+    f"{where} is a {type(leaf).__name__}; only arrays and scalars can be checkpointed"
+    " (put other values in extra)"
+  )
+
+
 class _BadStep(Exception):
   """A step that cannot be used; the message is the cause for the warning line."""
 
@@ -249,12 +268,7 @@ class Checkpointer:
       raise CheckpointError(f"extra is not JSON-serialisable: {e}") from None
     if not isinstance(user, dict):
       raise CheckpointError(f"extra must be a dict, got {type(extra).__name__}")
-    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
-      if not isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float | bool):
-        raise CheckpointError(
-          f"state{jax.tree_util.keystr(path)} is a {type(leaf).__name__}; only arrays and scalars"
-          " can be checkpointed (put other values in extra)"
-        )
+    state = jax.tree_util.tree_map_with_path(_checked_leaf, state)
 
     steps = self._mngr.all_steps()
     if step in steps:
@@ -293,16 +307,13 @@ class Checkpointer:
   # -- inspecting ------------------------------------------------------------------------------
 
   def latest_step(self) -> int | None:
-    """Newest complete step on disk (not verified; see `restore_latest`)."""
-    self.wait()
-    self._mngr.reload()
-    return self._mngr.latest_step()
+    """Newest complete step on disk (not verified; see `restore_latest`). Does not block."""
+    steps = self.all_steps()
+    return steps[-1] if steps else None
 
   def all_steps(self) -> list[int]:
-    """Complete steps on disk, oldest first (not verified)."""
-    self.wait()
-    self._mngr.reload()
-    return sorted(self._mngr.all_steps())
+    """Complete steps on disk, oldest first (not verified). In-flight saves are not listed."""
+    return sorted(ocp.step.checkpoint_steps(self.directory))
 
   # -- restoring -------------------------------------------------------------------------------
 
@@ -315,6 +326,8 @@ class Checkpointer:
     older step verifies. Raises CheckpointError if the newest readable step was written for
     another config (fingerprint or leaf shapes differ), or if steps exist but none verifies.
     """
+    self.wait()  # a save still in flight is not restorable yet
+    self._mngr.reload()  # see steps written or moved by other processes/instances
     steps = self.all_steps()
     if not steps:
       return None
