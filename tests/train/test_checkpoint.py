@@ -321,3 +321,91 @@ def test_shape_mismatch_names_the_leaf(tmp_path, mesh222):
   target["params"]["w"] = jax.ShapeDtypeStruct((16, 64), jnp.float32)
   with pytest.raises(CheckpointError, match=r"\['params'\]\['w'\].*\[16, 32\].*\[16, 64\]"):
     Checkpointer(tmp_path / "ckpt").restore_latest(target)
+
+
+# -- two processes --------------------------------------------------------------------------------
+
+_WORKER = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
+pid, port, directory = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+                           initialization_timeout=60)
+import json
+import jax.numpy as jnp
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
+from jaxformer.train.checkpoint import Checkpointer, checksums
+mesh = jax.make_mesh((2, 4), ("data", "fsdp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+def state(s, spec):
+  w = jnp.arange(64 * 32, dtype=jnp.float32).reshape(64, 32) * s
+  return {"w": jax.jit(lambda: w, out_shardings=NamedSharding(mesh, spec))(),
+          "step": jax.jit(lambda: jnp.int32(s), out_shardings=NamedSharding(mesh, P()))()}
+ck = Checkpointer(directory, fingerprint={"d": 32})
+for s in (1, 2):
+  ck.save(s, state(s, P("data", "fsdp")), extra={"s": s})
+ck.wait()
+sums = [checksums(state(2, spec))["['w']"] for spec in (P("data", "fsdp"), P(None, "data"))]
+if pid == 0:
+  with open(os.path.join(directory, "2", "extra", "metadata"), "w") as f:
+    f.write("{broken")
+multihost_utils.sync_global_devices("damaged")
+abstract = {"w": jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("fsdp"))),
+            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, P()))}
+step, got, extra = ck.restore_latest(abstract)
+ok = bool(jnp.array_equal(got["w"], state(1, P("fsdp"))["w"]))
+resaved = ck.save(2, state(2, P("data", "fsdp")))
+ck.close()
+print("RESULT", json.dumps({"sums": sums, "step": step, "extra": extra, "ok": ok,
+                            "resaved": resaved, "latest": ck.latest_step()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_share_checksums_and_fallback(tmp_path):
+  """Arrays sharded across processes: equal checksums everywhere, one fallback, one quarantine."""
+  import socket
+  import subprocess
+  import sys
+
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  script = tmp_path / "worker.py"
+  script.write_text(_WORKER)
+  repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = {**os.environ, "PYTHONPATH": repo_root}
+  env.pop("XLA_FLAGS", None)
+  procs = [
+    subprocess.Popen(
+      [sys.executable, str(script), str(i), str(port), str(tmp_path / "ckpt")],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      env=env,
+    )
+    for i in range(2)
+  ]
+  results = []
+  try:
+    for p in procs:
+      out, _ = p.communicate(timeout=180)
+      assert p.returncode == 0, out[-3000:]
+      results.append(json.loads(out.split("RESULT ", 1)[1].splitlines()[0]))
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  sums = {s for r in results for s in r["sums"]}
+  assert len(sums) == 1, results
+  for r in results:
+    assert (r["step"], r["extra"], r["ok"], r["resaved"], r["latest"]) == (
+      1,
+      {"s": 1},
+      True,
+      True,
+      2,
+    )
+  assert [p.name.split("-")[0] for p in (tmp_path / "ckpt" / "corrupt").iterdir()] == ["2"]
