@@ -230,7 +230,10 @@ class Checkpointer:
       options=ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
         enable_async_checkpointing=async_save,
-        cleanup_tmp_directories=True,
+        # Not True: another process opening the same directory (an evaluator, a notebook) would
+        # delete the writer's in-flight save. A stale `<step>.orbax-checkpoint-tmp` is ignored and
+        # replaced when that step is saved again.
+        cleanup_tmp_directories=False,
       ),
       item_names=("state", "extra"),
     )

@@ -295,11 +295,13 @@ def test_leftover_tmp_directory_is_ignored(tmp_path, mesh222):
   shutil.copytree(tmp_path / "ckpt" / "2", tmp_path / "ckpt" / "3.orbax-checkpoint-tmp")
   _truncate(tmp_path / "ckpt" / "3.orbax-checkpoint-tmp")
   ck = Checkpointer(tmp_path / "ckpt")
-  assert ck.latest_step() == 2
+  assert ck.latest_step() == 2 and ck.all_steps() == [1, 2]
   assert ck.restore_latest(_abstract(None))[0] == 2
-  assert ck.save(3, _state(3, mesh222))
+  assert ck.save(3, _state(3, mesh222))  # replaces the stale tmp directory
   ck.close()
-  assert ck.latest_step() == 3
+  step, got, _ = ck.restore_latest(_abstract(None))
+  assert step == 3 and not (tmp_path / "ckpt" / "3.orbax-checkpoint-tmp").exists()
+  _assert_bitwise_equal(got, _state(3, mesh222))
 
 
 # -- incompatible configs -------------------------------------------------------------------------
