@@ -213,6 +213,10 @@ def _garble_metadata(step_dir):
   (step_dir / "state" / "_METADATA").write_text("{not json")
 
 
+def _delete_data_file(step_dir):
+  os.remove(_data_files(step_dir)[-1])
+
+
 def _delete_manifest(step_dir):
   os.remove(step_dir / "state" / "manifest.ocdbt")
 
@@ -237,6 +241,7 @@ def _tamper_checksum(step_dir):
 DAMAGE = [
   _flip_bit,
   _truncate,
+  _delete_data_file,
   _garble_metadata,
   _delete_manifest,
   _delete_checksums,
