@@ -89,3 +89,24 @@ def test_bin_files_are_read_with_the_safe_loader(tmp_path):
   torch.save({"wte.weight": _NotATensor()}, tmp_path / "evil.bin")
   with pytest.raises(pickle.UnpicklingError):
     gpt2.load(tmp_path / "evil.bin", num_heads=2)
+
+
+def test_cache_matches_transformers_hidden_states_and_attentions():
+  """run_with_cache on imported weights names the same tensors transformers returns."""
+  from jaxformer.analysis.cache import run_with_cache
+
+  fields = SHAPES[2]
+  model = _torch_model(fields, seed=4)
+  model.config._attn_implementation = "eager"  # sdpa returns no attention weights
+  tokens = np.random.default_rng(5).integers(0, fields["vocab_size"], (2, 20))
+  with torch.no_grad():
+    out = model(torch.as_tensor(tokens), output_hidden_states=True, output_attentions=True)
+  config, params = gpt2.load(model.state_dict(), gpt2_config=model.config)
+  _, cache = jax.jit(lambda p, t: run_with_cache(ladder.build("transformer", config), p, t))(
+    params, tokens
+  )
+  close = lambda a, b: np.testing.assert_allclose(np.asarray(a), b.numpy(), atol=1e-4, rtol=0)  # noqa: E731
+  for i in range(fields["n_layer"]):
+    close(cache[f"layers_{i}/resid_pre"], out.hidden_states[i])
+    close(cache[f"layers_{i}/mixer/weights"], out.attentions[i])
+  close(cache["final_norm/out"], out.hidden_states[-1])  # transformers' last entry is after ln_f
