@@ -169,7 +169,7 @@ def _read_file(path):
   if path.endswith(".safetensors"):
     with safe_open(path, framework="numpy") as f:
       meta = f.metadata() or {}
-      state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iter)
+      state = {k: f.get_tensor(k) for k in f.keys()}
     return state, json.loads(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
   if path.endswith(".index.json"):
     index = _read_json(path)

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import sys
 
 import jax
 import numpy as np
@@ -125,3 +126,10 @@ def test_save_refuses_configs_gpt2_cannot_express(tmp_path):
   wrong["params"]["layers_0"]["ffn"]["w1"] = np.zeros((32, 7), np.float32)
   with pytest.raises(gpt2.GPT2FormatError, match=r"\['layers_0'\]\['ffn'\]\['w1'\].*\(32, 7\)"):
     gpt2.save(config, wrong, tmp_path / "x.safetensors")
+
+
+def test_bin_without_torch_says_how_to_proceed(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were absent
+  (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+  with pytest.raises(ImportError, match=r"weights_only=True.*\.safetensors"):
+    gpt2.load(tmp_path / "pytorch_model.bin", num_heads=2)
