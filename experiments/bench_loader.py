@@ -22,42 +22,42 @@ DEFAULT_SPEC = "mqar:vocab_size=8192,seq_len=128,num_kv_pairs=8,num_examples=200
 
 
 def _rate(next_batch, steps: int, batch_size: int) -> float:
-    next_batch()  # warm-up: the first read opens files and builds grain's pipeline
-    start = time.perf_counter()
-    for _ in range(steps):
-        next_batch()
-    return steps * batch_size / (time.perf_counter() - start)
+  next_batch()  # warm-up: the first read opens files and builds grain's pipeline
+  start = time.perf_counter()
+  for _ in range(steps):
+    next_batch()
+  return steps * batch_size / (time.perf_counter() - start)
 
 
 def run(spec: str = DEFAULT_SPEC, batch_size: int = 256, steps: int = 40, data_dir=None) -> dict:
-    """Examples/s of grain's per-record batching, batched reads, and the threaded Loader."""
-    ds = get_dataset(spec, "train", data_dir=data_dir)
-    per_record = grain.MapDataset.source(ds.source).shuffle(seed=0).repeat().batch(batch_size)
-    steps_done = iter(range(steps + 1))
-    rates = {"per_record": _rate(lambda: per_record[next(steps_done)], steps, batch_size)}
-    for name, threads in (("batched", 0), ("loader", 2)):
-        loader = Loader(ds, batch_size, seed=0, process_index=0, process_count=1,
+  """Examples/s of grain's per-record batching, batched reads, and the threaded Loader."""
+  ds = get_dataset(spec, "train", data_dir=data_dir)
+  per_record = grain.MapDataset.source(ds.source).shuffle(seed=0).repeat().batch(batch_size)
+  steps_done = iter(range(steps + 1))
+  rates = {"per_record": _rate(lambda: per_record[next(steps_done)], steps, batch_size)}
+  for name, threads in (("batched", 0), ("loader", 2)):
+    loader = Loader(ds, batch_size, seed=0, process_index=0, process_count=1,
                         num_threads=threads)  # fmt: skip
-        rates[name] = _rate(lambda loader=loader: next(loader), steps, batch_size)
-    return {
-        "spec": ds.spec,
-        "batch_size": batch_size,
-        "steps": steps,
-        **{f"{name}_examples_per_s": rate for name, rate in rates.items()},
-        "speedup": rates["batched"] / rates["per_record"],
-    }
+    rates[name] = _rate(lambda loader=loader: next(loader), steps, batch_size)
+  return {
+    "spec": ds.spec,
+    "batch_size": batch_size,
+    "steps": steps,
+    **{f"{name}_examples_per_s": rate for name, rate in rates.items()},
+    "speedup": rates["batched"] / rates["per_record"],
+  }
 
 
 if __name__ == "__main__":
-    specs = [
-        "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8,num_examples=20000",
-        DEFAULT_SPEC,
-        "mqar:vocab_size=8192,seq_len=512,num_kv_pairs=32,num_examples=20000",
-    ]
-    print(f"{'spec (batch 256)':<70} {'per_record':>11} {'batched':>9} {'loader':>9}  ex/s")
-    for spec in specs:
-        r = run(spec)
-        print(
-            f"{spec:<70} {r['per_record_examples_per_s']:>11,.0f} "
-            f"{r['batched_examples_per_s']:>9,.0f} {r['loader_examples_per_s']:>9,.0f}"
-        )
+  specs = [
+    "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8,num_examples=20000",
+    DEFAULT_SPEC,
+    "mqar:vocab_size=8192,seq_len=512,num_kv_pairs=32,num_examples=20000",
+  ]
+  print(f"{'spec (batch 256)':<70} {'per_record':>11} {'batched':>9} {'loader':>9}  ex/s")
+  for spec in specs:
+    r = run(spec)
+    print(
+      f"{spec:<70} {r['per_record_examples_per_s']:>11,.0f} "
+      f"{r['batched_examples_per_s']:>9,.0f} {r['loader_examples_per_s']:>9,.0f}"
+    )

@@ -10,13 +10,13 @@ from jaxformer.data.loader import Loader, to_global
 from jaxformer.data.spec import TASKS, DataError, check_tokens, format_spec, parse_spec
 
 __all__ = [
-    "TASKS",
-    "DataError",
-    "Dataset",
-    "Loader",
-    "check_tokens",
-    "format_spec",
-    "get_dataset",
-    "parse_spec",
-    "to_global",
+  "TASKS",
+  "DataError",
+  "Dataset",
+  "Loader",
+  "check_tokens",
+  "format_spec",
+  "get_dataset",
+  "parse_spec",
+  "to_global",
 ]

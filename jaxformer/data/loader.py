@@ -29,105 +29,104 @@ from jaxformer.data.spec import DataError
 
 
 class Loader:
-    """Iterates this process's share of global batches: dicts of [B_local, L] arrays."""
+  """Iterates this process's share of global batches: dicts of [B_local, L] arrays."""
 
-    def __init__(
-        self,
-        dataset,
-        global_batch_size: int,
-        *,
-        seed: int,
-        shuffle: bool = True,
-        num_epochs: int | None = None,
-        process_index: int | None = None,
-        process_count: int | None = None,
-        drop_remainder: bool = True,
-        num_threads: int = 2,
-        prefetch: int = 2,
-    ):
-        """num_threads reader threads keep up to `prefetch` batches ahead (0: no threads)."""
-        self.source = getattr(dataset, "source", dataset)  # a Dataset or a bare source
-        self.spec = getattr(dataset, "spec", None)
-        n = len(self.source)
-        count = jax.process_count() if process_count is None else process_count
-        index = jax.process_index() if process_index is None else process_index
-        G = global_batch_size
-        if G < 1 or G % count:
-            raise DataError(
-                f"loader.global_batch_size={G}: must be a positive multiple of "
-                f"process_count={count}"
-            )
-        if not 0 <= index < count:
-            raise DataError(f"loader.process_index={index}: must be in [0, {count})")
-        if n == 0 or (drop_remainder and n < G):
-            raise DataError(
-                f"loader.global_batch_size={G}: the dataset has {n} examples, "
-                f"fewer than one batch (drop_remainder={drop_remainder})"
-            )
-        if num_epochs is not None and num_epochs < 1:
-            raise DataError(f"loader.num_epochs={num_epochs}: must be >= 1 or None")
-        if not 0 <= seed < 2**32:
-            raise DataError(f"loader.seed={seed}: must be in [0, 2**32)")
-        self.global_batch_size, self.local_batch_size = G, G // count
-        self.process_index, self.process_count = index, count
-        self._config = {
-            "seed": seed,
-            "global_batch_size": G,
-            "num_examples": n,
-            "shuffle": shuffle,
-            "drop_remainder": drop_remainder,
-        }
-        ids = grain.MapDataset.range(n)
-        if shuffle:
-            ids = ids.shuffle(seed=seed)
-        batches = ids.batch(G, drop_remainder=drop_remainder)  # one epoch of global batches
-        self.steps_per_epoch = len(batches)
-        self.num_steps = None if num_epochs is None else num_epochs * len(batches)
-        self._batches = batches.repeat(num_epochs).map(self._read)  # random access by step
-        options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
-        self._iter = self._batches.to_iter_dataset(options).__iter__()
+  def __init__(
+    self,
+    dataset,
+    global_batch_size: int,
+    *,
+    seed: int,
+    shuffle: bool = True,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    drop_remainder: bool = True,
+    num_threads: int = 2,
+    prefetch: int = 2,
+  ):
+    """num_threads reader threads keep up to `prefetch` batches ahead (0: no threads)."""
+    self.source = getattr(dataset, "source", dataset)  # a Dataset or a bare source
+    self.spec = getattr(dataset, "spec", None)
+    n = len(self.source)
+    count = jax.process_count() if process_count is None else process_count
+    index = jax.process_index() if process_index is None else process_index
+    G = global_batch_size
+    if G < 1 or G % count:
+      raise DataError(
+        f"loader.global_batch_size={G}: must be a positive multiple of process_count={count}"
+      )
+    if not 0 <= index < count:
+      raise DataError(f"loader.process_index={index}: must be in [0, {count})")
+    if n == 0 or (drop_remainder and n < G):
+      raise DataError(
+        f"loader.global_batch_size={G}: the dataset has {n} examples, "
+        f"fewer than one batch (drop_remainder={drop_remainder})"
+      )
+    if num_epochs is not None and num_epochs < 1:
+      raise DataError(f"loader.num_epochs={num_epochs}: must be >= 1 or None")
+    if not 0 <= seed < 2**32:
+      raise DataError(f"loader.seed={seed}: must be in [0, 2**32)")
+    self.global_batch_size, self.local_batch_size = G, G // count
+    self.process_index, self.process_count = index, count
+    self._config = {
+      "seed": seed,
+      "global_batch_size": G,
+      "num_examples": n,
+      "shuffle": shuffle,
+      "drop_remainder": drop_remainder,
+    }
+    ids = grain.MapDataset.range(n)
+    if shuffle:
+      ids = ids.shuffle(seed=seed)
+    batches = ids.batch(G, drop_remainder=drop_remainder)  # one epoch of global batches
+    self.steps_per_epoch = len(batches)
+    self.num_steps = None if num_epochs is None else num_epochs * len(batches)
+    self._batches = batches.repeat(num_epochs).map(self._read)  # random access by step
+    options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
+    self._iter = self._batches.to_iter_dataset(options).__iter__()
 
-    def _read(self, global_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Global batch of indices -> this process's examples, read in one call."""
-        G, B = self.global_batch_size, self.local_batch_size
-        ids = np.asarray(global_ids, dtype=np.int64)
-        valid = np.arange(G) < len(ids)
-        ids = np.resize(ids, G)  # pads a short last batch with its own examples
-        lo = self.process_index * B
-        ids, valid = ids[lo : lo + B], valid[lo : lo + B]
-        getitems = getattr(self.source, "__getitems__", None)
-        records = getitems(ids.tolist()) if getitems else [self.source[i] for i in ids]
-        batch = {k: np.stack([np.asarray(r[k]) for r in records]) for k in records[0]}
-        batch["mask"] = (batch["mask"] * valid[:, None]).astype(np.int32)
-        return batch
+  def _read(self, global_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Global batch of indices -> this process's examples, read in one call."""
+    G, B = self.global_batch_size, self.local_batch_size
+    ids = np.asarray(global_ids, dtype=np.int64)
+    valid = np.arange(G) < len(ids)
+    ids = np.resize(ids, G)  # pads a short last batch with its own examples
+    lo = self.process_index * B
+    ids, valid = ids[lo : lo + B], valid[lo : lo + B]
+    getitems = getattr(self.source, "__getitems__", None)
+    records = getitems(ids.tolist()) if getitems else [self.source[i] for i in ids]
+    batch = {k: np.stack([np.asarray(r[k]) for r in records]) for k in records[0]}
+    batch["mask"] = (batch["mask"] * valid[:, None]).astype(np.int32)
+    return batch
 
-    def __iter__(self):
-        return self
+  def __iter__(self):
+    return self
 
-    def __next__(self) -> dict[str, np.ndarray]:
-        return next(self._iter)  # StopIteration after num_steps
+  def __next__(self) -> dict[str, np.ndarray]:
+    return next(self._iter)  # StopIteration after num_steps
 
-    def get_state(self) -> dict[str, Any]:
-        """JSON-serializable; save it with the training checkpoint."""
-        step = self._iter.get_state()["next_index"]  # batches returned, not prefetched
-        return {"step": step, **self._config, "spec": self.spec}
+  def get_state(self) -> dict[str, Any]:
+    """JSON-serializable; save it with the training checkpoint."""
+    step = self._iter.get_state()["next_index"]  # batches returned, not prefetched
+    return {"step": step, **self._config, "spec": self.spec}
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from `state`: the next batch is the one after the saved step.
+  def set_state(self, state: dict[str, Any]) -> None:
+    """Continue from `state`: the next batch is the one after the saved step.
 
-        The state is only valid for the same data, seed and batch size; any other loader
-        would silently yield a different stream, so a mismatch raises.
-        """
-        for key, mine in {**self._config, "spec": self.spec}.items():
-            if state.get(key) != mine:
-                raise DataError(f"loader state {key}={state.get(key)!r}: this loader has {mine!r}")
-        self._iter.set_state({"next_index": int(state["step"])})  # drops the prefetched
+    The state is only valid for the same data, seed and batch size; any other loader
+    would silently yield a different stream, so a mismatch raises.
+    """
+    for key, mine in {**self._config, "spec": self.spec}.items():
+      if state.get(key) != mine:
+        raise DataError(f"loader state {key}={state.get(key)!r}: this loader has {mine!r}")
+    self._iter.set_state({"next_index": int(state["step"])})  # drops the prefetched
 
 
 def to_global(batch: dict[str, np.ndarray], sharding: jax.sharding.Sharding) -> dict:
-    """Process-local numpy batch -> global jax.Arrays laid out by `sharding`.
+  """Process-local numpy batch -> global jax.Arrays laid out by `sharding`.
 
-    Every process passes its own slice (the Loader's); the global batch dimension is
-    the concatenation over processes in process order.
-    """
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
+  Every process passes its own slice (the Loader's); the global batch dimension is
+  the concatenation over processes in process order.
+  """
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
