@@ -55,16 +55,17 @@ class Mixer(nn.Module):
       if value is not None:
         self.sow("intermediates", name, value)
     if decode:
-      k, v_BMHK, mask_LM = self._through_cache(k, v_BMHK)
-      o_BLHK = self._mix(q, k, v_BMHK, mask_LM)
+      k, v_BMHK, mask_LM, start = self._through_cache(k, v_BMHK)
+      if self.impl == GENERIC or self.window is not None:
+        # a ring's slots are not in position order; every kernel that takes a window is
+        # exact windowed softmax, which the materialized form computes from the mask.
+        o_BLHK = self._mix(q, k, v_BMHK, mask_LM)
+      else:  # the full cache is in position order: the kernel itself, query 0 at `start`
+        o_BLHK = self._kernel(q, k, v_BMHK, q_offset=start)
     elif self.impl == GENERIC:
       o_BLHK = self._mix(q, k, v_BMHK, self.mask_LM(length))
     else:
-      from jaxformer.math import attention  # the kernels of step 9
-
-      o_BLHK = attention.attend(
-        q, k, v_BMHK, impl=self.impl, causal=True, temperature=self.tau, window=self.window
-      )
+      o_BLHK = self._kernel(q, k, v_BMHK)
     self.sow("intermediates", "head_outputs", o_BLHK)
     return self.valuer.combine(o_BLHK)
 
@@ -75,13 +76,30 @@ class Mixer(nn.Module):
     self.sow("intermediates", "weights", a_BHLM)
     return mixing.mix(a_BHLM, v_BMHK)
 
+  def _kernel(self, q_BLHK, k_BMHK, v_BMHK, **position):
+    from jaxformer.math import attention  # the kernels of step 9
+
+    return attention.attend(
+      q_BLHK,
+      k_BMHK,
+      v_BMHK,
+      impl=self.impl,
+      causal=True,
+      temperature=self.tau,
+      window=self.window,
+      **position,
+    )
+
   def mask_LM(self, length):
     if self.mask == "self":
       return mixing.self_mask(length)
     return mixing.causal_mask(length, window=self.window)
 
   def _through_cache(self, k, v_BMHK):
-    """Adds this call's keys and values to the cache; returns the memory to read and its mask.
+    """Adds this call's keys and values to the cache.
+
+    Returns the memory to read (keys, values), its mask_LM and the position of this call's
+    first token.
 
     The first call (inside `init`) sizes the cache from its input: the full length, or
     `window` slots for a sliding window.
@@ -108,4 +126,5 @@ class Mixer(nn.Module):
       k_mem, v_mem = keys.value, values.value
       pos_M = cache_math.slot_positions(start + length, slots, ring=False)
     index.value = start + length
-    return k_mem, v_mem, cache_math.position_mask(pos_L, pos_M, self.mask, self.window)
+    mask_LM = cache_math.position_mask(pos_L, pos_M, self.mask, self.window)
+    return k_mem, v_mem, mask_LM, start
