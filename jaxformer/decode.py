@@ -43,6 +43,21 @@ def decode_step(model, params, cache, tokens_BL):
   return logits_BLV, variables["cache"]
 
 
+def cached_logits(model, params, tokens_BL, prefill):
+  """Logits of every position computed through the cache: one call on the first `prefill`
+  tokens, then one call per token (a scan). Equals model.apply on tokens_BL up to rounding:
+  the check that a cache stores everything the layers read. Returns (logits_BLV, cache)."""
+  cache = init_cache(model, tokens_BL.shape[0], tokens_BL.shape[1])
+  first_BLV, cache = decode_step(model, params, cache, tokens_BL[:, :prefill])
+
+  def step(cache, token_B):
+    logits_B1V, cache = decode_step(model, params, cache, token_B[:, None])
+    return cache, logits_B1V[:, 0]
+
+  cache, rest_LBV = jax.lax.scan(step, cache, tokens_BL[:, prefill:].T)
+  return jnp.concatenate([first_BLV, rest_LBV.swapaxes(0, 1)], axis=1), cache
+
+
 def generate(model, params, prompt_BL, *, steps, rng, temperature=1.0, top_k=None, greedy=False):
   """Samples `steps` tokens after prompt_BL; returns the new tokens int32 [B, steps]."""
   prompt_BL = jnp.asarray(prompt_BL)

@@ -79,13 +79,14 @@ class Mixer(nn.Module):
   def _kernel(self, q_BLHK, k_BMHK, v_BMHK, **position):
     from jaxformer.math import attention  # the kernels of step 9
 
+    linear = self.impl.startswith("linear")  # no softmax, so no temperature
     return attention.attend(
       q_BLHK,
       k_BMHK,
       v_BMHK,
       impl=self.impl,
       causal=True,
-      temperature=self.tau,
+      temperature=None if linear else self.tau,
       window=self.window,
       **position,
     )
