@@ -204,14 +204,15 @@ def train(config, workdir=None):
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
     stop_reason, pending = "completed", None
-    clock = {"first": None, "last_log": None, "last_log_step": first_step}
+    # Throughput clock: wall time minus time spent in eval and checkpoint saves.
+    clock = {"first": None, "last_log": None, "paused": 0.0}
     s = first_step
 
     def record(done_step, device_metrics):
       """Host side of one finished step: history, skip/stop on non-finite, logs."""
       nonlocal skipped
       m = {k: float(v) for k, v in _fetch(device_metrics).items()}
-      now = time.perf_counter()
+      now = time.perf_counter() - clock["paused"]
       losses.append(m["loss"])
       if not m.pop("finite"):
         if not config.skip_nonfinite:
@@ -255,7 +256,7 @@ def train(config, workdir=None):
             continue
           record(*pending)
           pending = None
-          paused_at = time.perf_counter()  # eval and save time is not training throughput
+          paused_at = time.perf_counter()
 
           # --- eval ---------------------------------------------------------------------------
           if due_eval:
@@ -273,7 +274,7 @@ def train(config, workdir=None):
           # --- save ---------------------------------------------------------------------------
           if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
             _save(ckpt, s, state, loader, skipped)
-          _exclude(clock, time.perf_counter() - paused_at)
+          clock["paused"] += time.perf_counter() - paused_at
           if stop_now:
             stop_reason = "preempted"
             progress.message(f"preempted: saved step {s}, exiting")
@@ -305,14 +306,6 @@ def train(config, workdir=None):
     stop_reason,
     state,
   )
-
-
-def _exclude(clock, seconds):
-  """Moves the throughput clocks forward past `seconds` spent on something else."""
-  for name in ("first", "last_log"):
-    if clock.get(name) is not None:
-      done, t = clock[name]
-      clock[name] = (done, t + seconds)
 
 
 def _summary(

@@ -35,7 +35,8 @@ def matmul_param_count(params, tie_embeddings=False):
   """Parameters that take part in matmuls: all but the embedding table and positions."""
   total = 0
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-    name = getattr(path[-1], "key", None)
+    keys = [p.key for p in path if isinstance(p, jax.tree_util.DictKey)]  # boxed or not
+    name = keys[-1] if keys else None
     if name == "pos_embed" or (name == "embed" and not tie_embeddings):
       continue
     total += math.prod(np.shape(leaf))
