@@ -100,7 +100,9 @@ def equivalence_gap(config):
       "wo": jnp.broadcast_to(jnp.eye(d), (h, d, d)),  # every Wo_j = I
     }
   # The concat model's own init must have exactly the layout filled in above.
-  expected = jax.tree.map(jnp.shape, harness.init_params(concat, tokens, config.seed))
+  expected = jax.tree.map(
+    jnp.shape, jax.eval_shape(lambda t: harness.init_params(concat, t, config.seed), tokens)
+  )
   if jax.tree.map(jnp.shape, concat_params) != expected:
     raise ValueError(f"concat_wo params layout changed: {expected}")
   a = summed.apply({"params": params}, tokens)
