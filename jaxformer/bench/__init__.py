@@ -73,14 +73,17 @@ def available_memory_bytes():
 
 
 def time_compiled(compiled, args, repeats=3):
-    """Median wall seconds of `compiled(*args)` over `repeats` runs after one warm-up run."""
+    """Median wall seconds of `compiled(*args)` over `repeats` runs after one warm-up run,
+    the list of wall times, and the median CPU seconds of this process per run (all its
+    threads; on a shared machine less disturbed by other processes than wall time)."""
     jax.block_until_ready(compiled(*args))
-    times = []
+    times, cpu_times = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+        cpu_times.append(time.process_time() - cpu_start)
+    return statistics.median(times), times, statistics.median(cpu_times)
 
 
 def format_table(rows, columns):

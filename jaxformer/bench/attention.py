@@ -50,7 +50,8 @@ def run(
     repeats=3,
     memory_fraction=0.6,
 ):
-    """One row per (L, impl): time_s (median fwd+bwd seconds), peak_bytes and its parts,
+    """One row per (L, impl): time_s (median fwd+bwd wall seconds), cpu_s (median process
+    CPU seconds), peak_bytes and its parts,
     compile_s, status ('ok' or why not run), and time/memory relative to dense at that L."""
     unknown = set(impls) - set(IMPLEMENTATIONS)
     if unknown:
@@ -86,7 +87,7 @@ def run(
                     f"{memory_fraction:.0%} of {available / _GIB:.1f} GiB available"
                 )
             else:
-                row["time_s"], row["times_s"] = time_compiled(compiled, args, repeats)
+                row["time_s"], row["times_s"], row["cpu_s"] = time_compiled(compiled, args, repeats)
                 row["status"] = "ok"
             rows.append(row)
             del compiled
@@ -103,6 +104,7 @@ def _relative_to_dense(rows):
         row["memory_vs_dense"] = row["peak_bytes"] / ref["peak_bytes"]
         if "time_s" in row and "time_s" in ref:
             row["time_vs_dense"] = row["time_s"] / ref["time_s"]
+            row["cpu_vs_dense"] = row["cpu_s"] / ref["cpu_s"]
 
 
 SUITE = Suite(
@@ -118,8 +120,10 @@ SUITE = Suite(
         "impl",
         "L",
         "time_s",
+        "cpu_s",
         "peak_MiB",
         "time_vs_dense",
+        "cpu_vs_dense",
         "memory_vs_dense",
         "compile_s",
         "status",
