@@ -16,7 +16,7 @@ the share of their variance that no sum g(x1) + h(x3) explains (two-way ANOVA: 0
   python -m experiments.interaction --workdir runs/interaction              # cpu, ~1 min
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
-cpu: MQAR V=64 L=32 K=4, D=64, 2 layers, batch 64, up to 1000 steps. Expect bilinear and
+cpu: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 1000 steps. Expect bilinear and
 lowrank to jump to ~1.0 within a few hundred steps and additive to stay at ~0.27 (it can only
 guess among the context's values); tanh (K=16) is what it measures: see the report.
 accel: MQAR V=256 L=128 K=16, D=128, up to 8000 steps, tanh with K=32.
@@ -49,14 +49,14 @@ def get_config(size="cpu"):
   c = ml_collections.ConfigDict()
   c.interactions = INTERACTIONS  # which scorers to train
   c.vocab_size = 64  # V: MQAR keys in [1, V/2), values in [V/2, V)
-  c.seq_len = 32  # L
+  c.seq_len = 16  # L
   c.num_kv_pairs = 4  # K pairs per example, each queried once
   c.num_examples = 20_000  # training examples
   c.num_test_examples = 512  # held-out examples (eval accuracy)
   c.d_model = 64  # D
   c.num_layers = 2  # blocks
   c.tanh_rank = 16  # K of tanh: it materializes B x L x M x K, so it is kept small
-  c.batch_size = 64  # examples per step
+  c.batch_size = 32  # examples per step
   c.learning_rate = 3e-3  # peak of warmup + cosine
   c.total_steps = 1000  # upper bound per run; early stop at early_stop_accuracy
   c.eval_every = 100  # steps between evals
@@ -64,7 +64,7 @@ def get_config(size="cpu"):
   c.seed = 0  # init, data order and data generation
   c.grid_points = 121  # per axis of the contour grid
   if size == "tiny":
-    c.d_model, c.num_layers, c.tanh_rank, c.seq_len = 16, 1, 4, 16
+    c.d_model, c.num_layers, c.tanh_rank, c.seq_len, c.num_kv_pairs = 16, 1, 4, 8, 2
     c.batch_size, c.total_steps, c.eval_every = 16, 4, 2
     c.num_examples, c.num_test_examples, c.grid_points = 256, 64, 21
   elif size == "accel":
