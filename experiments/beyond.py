@@ -77,7 +77,8 @@ def get_config(size="cpu"):
   c.early_stop_accuracy = 0.95  # stop a run once eval accuracy reaches this
   c.seed = 0  # init, data order and data generation
   if size == "tiny":
-    c.lengths, c.repeats, c.block_size, c.bench_window = (64, 128), 1, 32, 16
+    c.kernels, c.lengths, c.repeats = ("dense", "sliding_window"), (64, 128), 1
+    c.block_size, c.bench_window = 32, 16
     c.seq_len, c.distances, c.window, c.d_model = 16, (2, 8), 4, 16
     c.batch_size, c.total_steps, c.eval_every = 16, 4, 2
     c.num_examples, c.num_test_examples = 128, 32
