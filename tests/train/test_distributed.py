@@ -8,7 +8,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from train_helpers import REPO, env, main_command, run
+
+from tests.train.train_helpers import REPO, env, main_command, run
 
 ARGS = ("--config.total_steps=4", "--config.eval_every=4", "--config.checkpoint_every=2")
 

@@ -5,9 +5,9 @@ import json
 import chex
 import numpy as np
 import pytest
-from train_helpers import tiny_config
 
 from jaxformer.train import checkpoint, loop, step
+from tests.train.train_helpers import tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import subprocess
 import time
 
 import pytest
-from train_helpers import REPO, env, main_command, run
+
+from tests.train.train_helpers import REPO, env, main_command, run
 
 STEPS = 200  # long enough that SIGTERM lands mid-run, a second or so of training
 ARGS = (

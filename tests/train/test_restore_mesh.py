@@ -7,9 +7,9 @@ import chex
 import jax
 import numpy as np
 import pytest
-from train_helpers import tiny_config
 
 from jaxformer.train import checkpoint, loop, sharding
+from tests.train.train_helpers import tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from train_helpers import tiny_config
 
 from jaxformer.train import loop, sharding, step
+from tests.train.train_helpers import tiny_config
 
 
 def _batch(rng, batch=16, length=16, vocab=32):
