@@ -7,12 +7,14 @@ under the same mask (`masks.py`), `linear` replaces the softmax (section 9 of
 docs/reconstruction.md: why the Transformer is not inevitable):
 
   dense           the reference: the [L, M] scores materialized. O(L M) time and memory.
-  dot_product     `jax.nn.dot_product_attention` (XLA here, cuDNN flash on a GPU).
+  dot_product     `jax.nn.dot_product_attention(implementation=None)`: in jax 0.10 that is
+                  XLA's materialized softmax on every backend (cuDNN only when asked for).
   blockwise       exact, online softmax over key blocks, recomputing backward: O(L) memory.
   sliding_window  exact within the last `window` keys, linear in L (needs `window`).
   block_sparse    exact within a fixed block pattern (see `masks.block_pattern`).
   linear          elu+1 feature-map linear attention, chunked parallel form: NOT softmax.
-  linear_recurrent  the same function as a `lax.scan` over a fixed-size state.
+  linear_recurrent  the same function as a `lax.scan` over a fixed-size state (fixed memory
+                  in inference; autodiff through the scan still saves one state per step).
 
 All take q_BLHK [B, L, H, K] and k_BMHK, v_BMHK [B, M, H, K], any L, M (padded internally),
 float32 or bfloat16 (accumulated in float32), and return out_BLHK in q's dtype. Query l sits
