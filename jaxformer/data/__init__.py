@@ -1,0 +1,22 @@
+"""Tasks as TFDS array_record datasets and a grain loader; see docs/data.md.
+
+ds = get_dataset("mqar:vocab_size=64,seq_len=32,num_kv_pairs=4", "train")
+for batch in Loader(ds, 64, seed=0):  # dicts of int32 inputs, targets, mask
+    ...
+"""
+
+from jaxformer.data.dataset import Dataset, get_dataset
+from jaxformer.data.loader import Loader, to_global
+from jaxformer.data.spec import TASKS, DataError, check_tokens, format_spec, parse_spec
+
+__all__ = [
+    "TASKS",
+    "DataError",
+    "Dataset",
+    "Loader",
+    "check_tokens",
+    "format_spec",
+    "get_dataset",
+    "parse_spec",
+    "to_global",
+]

@@ -1,0 +1,110 @@
+"""`get_dataset(spec, split)`: a task spec -> a prepared, cached, random-access dataset.
+
+The first call for a spec generates both splits and writes them with TFDS into
+`<data_dir>/<task>-<hash>`, where the hash is of the canonical spec (plus, for `text`,
+the files' paths, sizes and mtimes); every later call, in any process, only opens the
+files. data_dir defaults to $JAXFORMER_DATA_DIR, else ~/.cache/jaxformer.
+"""
+
+import dataclasses
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+
+from jaxformer.data import catalog, tasks, text, tfds_builder
+from jaxformer.data.spec import DataError, check_tokens, format_spec, parse_spec
+
+DEFAULT_DATA_DIR = os.path.join("~", ".cache", "jaxformer")
+# 'validation' names the held-out split too, for the text tasks' habit; it is 'test'.
+SPLIT_ALIASES = {"train": "train", "test": "test", "validation": "test"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """One split of a prepared task.
+
+    `source[i]` is a dict of int32 [seq_len] arrays `inputs`, `targets`, `mask`;
+    `source.__getitems__(indices)` reads many at once (what the Loader uses).
+    """
+
+    source: Any
+    vocab_size: int
+    seq_len: int
+    spec: str  # canonical
+    split: str  # 'train' or 'test'
+    chars: str | None = None  # the alphabet of char-level text: id i is chars[i]
+    path: str = ""  # the prepared directory
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def decode(self, ids) -> str:
+        """Token ids -> text, for the text tasks (char or byte level)."""
+        ids = np.asarray(ids).reshape(-1)
+        check_tokens(ids, self.vocab_size, field="decode")
+        if self.chars is not None:
+            return "".join(self.chars[i] for i in ids)
+        if self.spec.startswith(("text:", "catalog:")):
+            return bytes(ids.astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+        raise DataError(f"decode: {self.spec} is not a text task; its ids are not characters")
+
+
+def data_root(data_dir: str | None = None) -> str:
+    root = data_dir or os.environ.get("JAXFORMER_DATA_DIR") or DEFAULT_DATA_DIR
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def cache_key(name: str, params: dict[str, Any]) -> str:
+    identity = format_spec(name, params)
+    if name == "text":
+        identity += "\n" + text.fingerprint(params["path"])
+    return f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+
+
+def _build(name: str, params: dict[str, Any], root: str):
+    """(arrays per split, metadata), every token id checked against the vocabulary."""
+    if name in tasks.GENERATORS:
+        arrays = {s: tasks.generate(name, params, s) for s in tfds_builder.SPLITS}
+        meta = {"vocab_size": params["vocab_size"], "chars": None}
+    elif name == "text":
+        arrays, meta = text.build(params)
+    else:
+        arrays, meta = catalog.build(params, os.path.join(root, "tfds"))
+    for split, a in arrays.items():
+        for field in ("inputs", "targets"):
+            check_tokens(a[field], meta["vocab_size"], field=f"{name}.{split}.{field}")
+    return arrays, meta
+
+
+def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
+    """Prepares `spec` once (both splits) and returns the requested split.
+
+    split: 'train', or 'test' (alias 'validation'). Raises DataError naming the field
+    for a bad spec, missing or empty text, or token ids outside the vocabulary.
+    """
+    name, params = parse_spec(spec)
+    if split not in SPLIT_ALIASES:
+        raise DataError(f"split={split!r}: expected one of {', '.join(SPLIT_ALIASES)}")
+    split = SPLIT_ALIASES[split]
+    canonical = format_spec(name, params)
+    root = data_root(data_dir)
+    path = os.path.join(root, cache_key(name, params))
+    if not tfds_builder.is_prepared(path):
+        arrays, meta = _build(name, params, root)
+        meta = {**meta, "spec": canonical, "seq_len": params["seq_len"]}
+        tfds_builder.prepare(path, arrays, meta)
+    meta = tfds_builder.read_metadata(path)
+    if meta["spec"] != canonical:
+        raise DataError(f"data_dir={path}: holds {meta['spec']}, not {canonical}")
+    source = tfds_builder.load(path, meta["seq_len"]).as_data_source(split)
+    return Dataset(
+        source=source,
+        vocab_size=int(meta["vocab_size"]),
+        seq_len=int(meta["seq_len"]),
+        spec=canonical,
+        split=split,
+        chars=meta.get("chars"),
+        path=path,
+    )

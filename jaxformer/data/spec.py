@@ -1,0 +1,241 @@
+"""Task spec strings: parsing, defaults, validation, and the canonical form.
+
+A task is named by one string, `name:key=value,key=value`, so that an experiment
+config, a cache directory and a log line all carry the same identity. Parsing fills
+every default and validates every field here, before any data is generated, and a bad
+field raises one `DataError` that names it (`mqar.num_kv_pairs=40: ...`). Nothing is
+clamped: a value that cannot work is an error, not a silent substitute.
+
+The canonical form lists every parameter in schema order with its resolved value, so
+`mqar` and `mqar:vocab_size=8192` name (and cache) the same dataset.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """A bad task spec, data file or token id; the message starts with the field."""
+
+
+def check_tokens(array, vocab_size: int, field: str = "inputs") -> None:
+    """Raises DataError unless every id in `array` lies in [0, vocab_size).
+
+    An id >= vocab would index past the embedding table, which JAX clamps silently on
+    gather: the model would train on the wrong token with no error.
+    """
+    array = np.asarray(array)
+    if array.size == 0:
+        return
+    bad = np.flatnonzero((array < 0) | (array >= vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise DataError(
+            f"{field}: token id {int(array.flat[i])} at flat index {i} is outside "
+            f"[0, vocab_size={vocab_size}) ({bad.size} such ids; max id {int(array.max())})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One task parameter: its type, default and allowed range.
+
+    `default` is a value, None for a required parameter, or a function of the params
+    parsed so far (schema order) for a default that scales with another field.
+    """
+
+    type: type
+    default: Any = None
+    low: float | None = None  # inclusive
+    high: float | None = None  # inclusive
+    choices: tuple[str, ...] | None = None
+    doc: str = ""
+
+
+def _examples(train: int = 20000, test: int = 1000, seed: bool = True) -> dict[str, Param]:
+    out = {
+        "num_examples": Param(int, train, low=1, doc="training examples"),
+        "num_test_examples": Param(int, test, low=1, doc="test examples"),
+    }
+    if seed:
+        out["seed"] = Param(int, 0, low=0, doc="train uses stream [seed, 0], test [seed, 1]")
+    return out
+
+
+_LEVEL = Param(str, "byte", choices=("byte", "char"), doc="byte: ids 0..255; char: sorted chars")
+_TEXT_COMMON = {
+    "level": _LEVEL,
+    "seq_len": Param(int, 128, low=1, doc="tokens per example"),
+    "stride": Param(
+        int, lambda p: p["seq_len"], low=1, doc="window start step (seq_len: disjoint)"
+    ),
+    "vocab_size": Param(int, 0, low=0, doc="0: the size the level needs; else checked >= it"),
+}
+
+SCHEMAS: dict[str, dict[str, Param]] = {
+    "mqar": {
+        "vocab_size": Param(int, 8192, low=4, doc="keys in [1, V/2), values in [V/2, V)"),
+        "seq_len": Param(int, 64, low=4),
+        "num_kv_pairs": Param(int, 8, low=1, doc="pairs per example; each key queried once"),
+        "power_a": Param(float, 0.01, low=1e-6, doc="query gap p(i) ~ i^(a-1); 1 is uniform"),
+        "random_non_queries": Param(bool, True, doc="fill non-query slots with random ids"),
+        **_examples(),
+    },
+    "induction": {
+        "vocab_size": Param(int, 64, low=3),
+        "seq_len": Param(int, 64, low=3),
+        **_examples(),
+    },
+    "copy": {
+        "vocab_size": Param(int, 16, low=3, doc="0 pad, 1 separator, data in [2, V)"),
+        "seq_len": Param(int, 64, low=2),
+        "copy_len": Param(int, lambda p: max(1, p["seq_len"] // 4), low=1),
+        **_examples(),
+    },
+    "selective_copy": {
+        "vocab_size": Param(int, 16, low=3, doc="0 blank, 1 separator, data in [2, V)"),
+        "seq_len": Param(int, 64, low=2),
+        "num_tokens": Param(int, lambda p: max(1, p["seq_len"] // 4), low=1),
+        **_examples(),
+    },
+    "needle": {
+        "vocab_size": Param(int, 256, low=4, doc="key in [1, V/2), value in [V/2, V)"),
+        "seq_len": Param(int, 64, low=3),
+        "distance": Param(int, lambda p: p["seq_len"] // 2, low=2, doc="query pos - key pos"),
+        **_examples(),
+    },
+    "text": {
+        "path": Param(str, None, doc="a file, directory or glob of UTF-8 / byte text files"),
+        **_TEXT_COMMON,
+        "val_fraction": Param(float, 0.1, low=1e-6, high=0.999999, doc="tail held out as test"),
+    },
+    "catalog": {
+        "name": Param(str, None, doc="a TFDS catalog name, e.g. tiny_shakespeare, lm1b"),
+        "feature": Param(str, "text", doc="the text feature to read"),
+        **_TEXT_COMMON,
+        "max_records": Param(int, 0, low=0, doc="0: all records of a split; else the first N"),
+    },
+}
+TASKS: tuple[str, ...] = tuple(SCHEMAS)
+
+
+def _convert(name: str, key: str, param: Param, raw: str) -> Any:
+    field = f"{name}.{key}={raw}"
+    if param.type is bool:
+        if raw.lower() in ("1", "true", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "no"):
+            return False
+        raise DataError(f"{field}: expected true or false")
+    try:
+        value = param.type(raw)
+    except ValueError:
+        raise DataError(f"{field}: expected {param.type.__name__}") from None
+    if param.type is str and not value:
+        raise DataError(f"{field}: must not be empty")
+    return value
+
+
+def _check_range(name: str, key: str, param: Param, value: Any) -> None:
+    field = f"{name}.{key}={format_value(value)}"
+    if param.choices is not None and value not in param.choices:
+        raise DataError(f"{field}: expected one of {', '.join(param.choices)}")
+    if param.low is not None and value < param.low:
+        raise DataError(f"{field}: must be >= {param.low}")
+    if param.high is not None and value > param.high:
+        raise DataError(f"{field}: must be <= {param.high}")
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def format_spec(name: str, params: dict[str, Any]) -> str:
+    """The canonical spec: every parameter, in schema order."""
+    body = ",".join(f"{k}={format_value(params[k])}" for k in SCHEMAS[name])
+    return f"{name}:{body}" if body else name
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """`'mqar:seq_len=32'` -> `('mqar', {every param, typed, defaults filled})`.
+
+    Raises DataError naming the field for an unknown task or parameter, a value of the
+    wrong type or out of range, or a combination the task cannot satisfy.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise DataError(f"task spec {spec!r}: expected 'name:key=value,...'")
+    name, _, body = spec.strip().partition(":")
+    name = name.strip()
+    if name not in SCHEMAS:
+        raise DataError(f"task={name!r}: unknown task; known tasks: {', '.join(TASKS)}")
+    schema = SCHEMAS[name]
+    raw: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in body.split(","))):
+        key, eq, value = (s.strip() for s in item.partition("="))
+        if not eq:
+            raise DataError(f"{name}.{key}: expected key=value")
+        if key not in schema:
+            raise DataError(f"{name}.{key}: unknown parameter; known: {', '.join(schema)}")
+        if key in raw:
+            raise DataError(f"{name}.{key}: given twice")
+        raw[key] = value
+    params: dict[str, Any] = {}
+    for key, param in schema.items():
+        if key in raw:
+            value = _convert(name, key, param, raw[key])
+        elif param.default is None:
+            raise DataError(f"{name}.{key}: required (e.g. {name}:{key}=...)")
+        elif callable(param.default):
+            value = param.default(params)
+        else:
+            value = param.default
+        _check_range(name, key, param, value)
+        params[key] = value
+    _CHECKS.get(name, lambda p, f: None)(params, lambda k: f"{name}.{k}={params[k]}")
+    return name, params
+
+
+# Cross-field rules: each states what the generator needs to lay out one example.
+Check = Callable[[dict[str, Any], Callable[[str], str]], None]
+
+
+def _check_mqar(p, f):
+    if 4 * p["num_kv_pairs"] > p["seq_len"]:
+        raise DataError(
+            f"{f('num_kv_pairs')}: needs 2*num_kv_pairs context tokens plus 2*num_kv_pairs "
+            f"query slots, 4*num_kv_pairs <= seq_len={p['seq_len']}"
+        )
+    keys, values = p["vocab_size"] // 2 - 1, p["vocab_size"] - p["vocab_size"] // 2
+    if p["num_kv_pairs"] > min(keys, values):
+        raise DataError(
+            f"{f('vocab_size')}: {keys} distinct keys in [1, V/2) < "
+            f"num_kv_pairs={p['num_kv_pairs']}; needs vocab_size >= {2 * p['num_kv_pairs'] + 2}"
+        )
+
+
+def _check_copy(p, f):
+    if 2 * p["copy_len"] > p["seq_len"]:
+        raise DataError(f"{f('copy_len')}: needs 2*copy_len <= seq_len={p['seq_len']}")
+
+
+def _check_selective_copy(p, f):
+    if 2 * p["num_tokens"] > p["seq_len"]:
+        raise DataError(f"{f('num_tokens')}: needs 2*num_tokens <= seq_len={p['seq_len']}")
+
+
+def _check_needle(p, f):
+    if p["distance"] > p["seq_len"] - 1:
+        raise DataError(f"{f('distance')}: needs distance <= seq_len-1={p['seq_len'] - 1}")
+
+
+_CHECKS: dict[str, Check] = {
+    "mqar": _check_mqar,
+    "copy": _check_copy,
+    "selective_copy": _check_selective_copy,
+    "needle": _check_needle,
+}

@@ -1,0 +1,445 @@
+"""Checkpoints that verify themselves and fall back to the last good step.
+
+Orbax writes and restores the arrays (async, sharded, onto any mesh shape) but does not notice
+corrupted bytes: a flipped bit restores silently wrong, a truncated file or a lost metadata file
+fails with a misleading error, and `latest_step()` still names the broken step. So every save also
+stores, in a small JSON item next to the arrays, a checksum of every leaf computed on device
+(works for arrays sharded across devices and processes without gathering them), the leaf shapes
+and dtypes, and a fingerprint of the config. `restore_latest` recomputes the checksums, reports a
+bad step in one warning line, moves it to `<directory>/corrupt/` (so the step number can be saved
+again) and falls back to the previous step.
+
+On-disk layout per step (Orbax composite): `<step>/state` (the pytree, OCDBT) and
+`<step>/extra` (JSON: {'format', 'fingerprint', 'manifest', 'user'}).
+"""
+
+import json
+import logging
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+CORRUPT_DIR = "corrupt"
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint problem the user must act on; the message is one line."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Checksums.
+
+
+def _fmix32(h):
+  """MurmurHash3's finaliser: a bijection on uint32 that spreads every input bit."""
+  h = h ^ (h >> 16)
+  h = h * jnp.uint32(0x85EBCA6B)
+  h = h ^ (h >> 13)
+  h = h * jnp.uint32(0xC2B2AE35)
+  return h ^ (h >> 16)
+
+
+def _as_uint32(x: jax.Array) -> jax.Array:
+  """Reinterprets the bits of `x` as uint32 words (lossless; 64-bit leaves get a trailing 2)."""
+  if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+    x = jax.random.key_data(x)
+  if x.dtype == jnp.bool_:
+    return x.astype(jnp.uint32)
+  if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    x = jnp.stack([x.real, x.imag], axis=-1)
+  size = x.dtype.itemsize
+  if size == 4:
+    return jax.lax.bitcast_convert_type(x, jnp.uint32)
+  if size == 8:
+    return jax.lax.bitcast_convert_type(x, jnp.uint32)
+  if size == 2:
+    return jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
+  if size == 1 and x.dtype.name not in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn"):
+    return jax.lax.bitcast_convert_type(x, jnp.uint8).astype(jnp.uint32)
+  # Sub-byte types: widening is lossless, so distinct values stay distinct.
+  wide = jnp.float32 if jnp.issubdtype(x.dtype, jnp.floating) else jnp.int32
+  return jax.lax.bitcast_convert_type(x.astype(wide), jnp.uint32)
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+  """Two 32-bit position-weighted sums of the bits of `x`, as uint32[2].
+
+  Wrapping uint32 addition is associative and commutative, so the result does not depend on how
+  the array is sharded or in which order XLA reduces. Each lane changes whenever any single
+  element changes: lane 0 adds fmix32(word + position * golden) (a bijection of the word), lane 1
+  adds word * odd weight (also a bijection mod 2^32). Two lanes make a 64-bit sum for multi-element
+  damage.
+  """
+  u = _as_uint32(x)
+  idx = jnp.zeros(u.shape, jnp.uint32)
+  stride = 1
+  for axis in reversed(range(u.ndim)):
+    idx = idx + jax.lax.broadcasted_iota(jnp.uint32, u.shape, axis) * jnp.uint32(stride % 2**32)
+    stride *= u.shape[axis]
+  lane0 = _fmix32(u + idx * jnp.uint32(0x9E3779B1))
+  lane1 = u * ((idx * jnp.uint32(2) + jnp.uint32(1)) * jnp.uint32(2654435761))
+  return jnp.stack([jnp.sum(lane0, dtype=jnp.uint32), jnp.sum(lane1, dtype=jnp.uint32)])
+
+
+_checksums_jit = jax.jit(lambda leaves: [_leaf_checksum(x) for x in leaves])
+
+
+def _fetch(a: jax.Array) -> np.ndarray:
+  """Host copy of a small replicated result (works in multi-process runs too)."""
+  if a.is_fully_addressable:
+    return np.asarray(jax.device_get(a))
+  return np.asarray(a.addressable_data(0))
+
+
+def checksums(tree) -> dict[str, str]:
+  """{keystr(path): 16 hex digits} for every leaf of `tree`, computed on device in one jit."""
+  paths_leaves = jax.tree_util.tree_leaves_with_path(tree)
+  leaves = [x if isinstance(x, jax.Array) else np.asarray(x) for _, x in paths_leaves]
+  sums = _checksums_jit(leaves)
+  return {
+    jax.tree_util.keystr(p): "".join(f"{int(v):08x}" for v in _fetch(s))
+    for (p, _), s in zip(paths_leaves, sums, strict=True)
+  }
+
+
+def _canonical_dtype(x) -> str:
+  return str(
+    jax.dtypes.canonicalize_dtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype)
+  )
+
+
+def _manifest(tree) -> dict[str, dict]:
+  sums = checksums(tree)
+  out = {}
+  for path, x in jax.tree_util.tree_leaves_with_path(tree):
+    key = jax.tree_util.keystr(path)
+    out[key] = {"shape": list(np.shape(x)), "dtype": _canonical_dtype(x), "sum": sums[key]}
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers for messages.
+
+
+def _flatten_json(obj, prefix="") -> dict[str, Any]:
+  if isinstance(obj, dict):
+    out = {}
+    for k, v in obj.items():
+      out.update(_flatten_json(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out if out or not prefix else {prefix: {}}
+  return {prefix: obj}
+
+
+def _normalise(obj):
+  """JSON round trip: tuples become lists, keys strings; raises TypeError if not JSON-able."""
+  return json.loads(json.dumps(obj))
+
+
+def _short(value, limit=60) -> str:
+  s = json.dumps(value) if not isinstance(value, str) else repr(value)
+  return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _diff(saved: dict, wanted: dict) -> list[str]:
+  a, b = _flatten_json(saved), _flatten_json(wanted)
+  out = []
+  for key in sorted(set(a) | set(b)):
+    if key not in a:
+      out.append(f"{key} (not in checkpoint)")
+    elif key not in b:
+      out.append(f"{key} (only in checkpoint)")
+    elif a[key] != b[key]:
+      out.append(f"{key}: checkpoint {_short(a[key])} vs now {_short(b[key])}")
+  return out
+
+
+def _cause(e: BaseException) -> str:
+  """One line naming the innermost cause of an exception chain (Orbax buries it in __cause__)."""
+  while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+    e = e.__cause__ or e.__context__
+  lines = str(e).strip().splitlines()
+  msg = lines[0] if lines else ""
+  msg = msg if len(msg) <= 200 else msg[:197] + "..."
+  return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+class _BadStep(Exception):
+  """A step that cannot be used; the message is the cause for the warning line."""
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class Checkpointer:
+  """Saves pytrees with Orbax; restores the newest step whose checksums verify.
+
+  Args:
+    directory: where steps live (local path or any epath URL); created if missing.
+    max_to_keep: how many complete steps Orbax keeps (oldest deleted first).
+    async_save: write in a background thread; `save` returns once the arrays are copied.
+    fingerprint: JSON-able description of the config/model shape. Stored with every save and
+      compared on restore, so that a workdir of another config fails with the differing fields
+      instead of a deep shape error.
+  """
+
+  def __init__(
+    self,
+    directory,
+    *,
+    max_to_keep: int | None = 3,
+    async_save: bool = True,
+    fingerprint: dict | None = None,
+  ):
+    if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
+      raise CheckpointError(f"max_to_keep must be a positive int or None, got {max_to_keep!r}")
+    try:
+      self._fingerprint = None if fingerprint is None else _normalise(fingerprint)
+    except (TypeError, ValueError) as e:
+      raise CheckpointError(f"fingerprint is not JSON-serialisable: {e}") from None
+    self.directory = epath.Path(directory)
+    self._check_writable()
+    self._mngr = ocp.CheckpointManager(
+      self.directory,
+      options=ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep,
+        enable_async_checkpointing=async_save,
+        cleanup_tmp_directories=True,
+      ),
+      item_names=("state", "extra"),
+    )
+
+  def _check_writable(self):
+    d = self.directory
+    try:
+      if d.exists() and not d.is_dir():
+        raise CheckpointError(f"checkpoint directory {d} exists and is not a directory")
+      d.mkdir(parents=True, exist_ok=True)
+      probe = d / f".write-probe-{jax.process_index()}"
+      probe.write_text("ok")
+      probe.unlink()
+    except CheckpointError:
+      raise
+    except OSError as e:
+      raise CheckpointError(f"checkpoint directory {d} is not writable: {_cause(e)}") from None
+
+  # -- saving ----------------------------------------------------------------------------------
+
+  def save(self, step: int, state, *, extra: dict | None = None, force: bool = False) -> bool:
+    """Saves `state` (pytree of arrays/scalars) and `extra` (JSON dict) as `step`.
+
+    Checksums are computed (on device, blocking on `state`) before Orbax starts, and Orbax copies
+    the arrays to host before `save` returns, so the caller may donate or overwrite `state` as soon
+    as this returns. Returns False (nothing written) if `step` is already saved or older than the
+    newest saved step, unless `force` (which replaces an existing `step`).
+    """
+    if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
+      raise CheckpointError(f"step must be a non-negative int, got {step!r}")
+    step = int(step)
+    try:
+      user = {} if extra is None else _normalise(extra)
+    except (TypeError, ValueError) as e:
+      raise CheckpointError(f"extra is not JSON-serialisable: {e}") from None
+    if not isinstance(user, dict):
+      raise CheckpointError(f"extra must be a dict, got {type(extra).__name__}")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+      if not isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float | bool):
+        raise CheckpointError(
+          f"state{jax.tree_util.keystr(path)} is a {type(leaf).__name__}; only arrays and scalars"
+          " can be checkpointed (put other values in extra)"
+        )
+
+    steps = self._mngr.all_steps()
+    if step in steps:
+      if not force:
+        return False
+      self._mngr.wait_until_finished()
+      self._mngr.delete(step)
+    elif steps and step < max(steps) and not force:
+      log.warning(
+        "checkpoint step %d not saved: %s already holds newer step %d",
+        step,
+        self.directory,
+        max(steps),
+      )
+      return False
+
+    meta = {
+      "format": FORMAT,
+      "fingerprint": self._fingerprint,
+      "manifest": _manifest(state),
+      "user": user,
+    }
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(meta))
+    try:
+      return bool(self._mngr.save(step, args=args, force=True))
+    except Exception as e:
+      raise CheckpointError(f"saving step {step} to {self.directory} failed: {_cause(e)}") from e
+
+  def wait(self) -> None:
+    """Blocks until every started save is durable on disk."""
+    try:
+      self._mngr.wait_until_finished()
+    except Exception as e:
+      raise CheckpointError(f"async checkpoint save in {self.directory} failed: {_cause(e)}") from e
+
+  # -- inspecting ------------------------------------------------------------------------------
+
+  def latest_step(self) -> int | None:
+    """Newest complete step on disk (not verified; see `restore_latest`)."""
+    self.wait()
+    self._mngr.reload()
+    return self._mngr.latest_step()
+
+  def all_steps(self) -> list[int]:
+    """Complete steps on disk, oldest first (not verified)."""
+    self.wait()
+    self._mngr.reload()
+    return sorted(self._mngr.all_steps())
+
+  # -- restoring -------------------------------------------------------------------------------
+
+  def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
+    """Returns (step, state, extra) of the newest step that verifies, or None if there is none.
+
+    `abstract_state`: pytree of jax.ShapeDtypeStruct with the target shardings (a leaf without a
+    sharding goes to the first device), or of concrete arrays whose shardings are reused.
+    A bad newer step is reported in one warning line and moved to `<directory>/corrupt/` once an
+    older step verifies. Raises CheckpointError if the newest readable step was written for
+    another config (fingerprint or leaf shapes differ), or if steps exist but none verifies.
+    """
+    steps = self.all_steps()
+    if not steps:
+      return None
+    target = self._abstract(abstract_state)
+    wanted = {
+      jax.tree_util.keystr(p): {"shape": list(x.shape), "dtype": str(x.dtype)}
+      for p, x in jax.tree_util.tree_leaves_with_path(target)
+    }
+    bad: list[tuple[int, str]] = []
+    for step in reversed(steps):
+      try:
+        meta = self._read_meta(step)
+        self._check_compatible(step, meta, wanted)
+        state = self._restore_state(step, target)
+        self._verify(step, meta, state)
+      except _BadStep as e:
+        cause = str(e)
+        log.warning(
+          "checkpoint step %d in %s is unusable (%s); trying an older step",
+          step,
+          self.directory,
+          cause,
+        )
+        bad.append((step, cause))
+        continue
+      self._quarantine([s for s, _ in bad])
+      return step, state, meta.get("user", {})
+    causes = "; ".join(f"step {s}: {c}" for s, c in bad)
+    raise CheckpointError(f"no checkpoint in {self.directory} verifies ({causes})")
+
+  @staticmethod
+  def _abstract(tree):
+    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def to_struct(x):
+      sharding = getattr(x, "sharding", None) or default
+      if isinstance(x, jax.ShapeDtypeStruct | jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+      x = np.asarray(x)
+      return jax.ShapeDtypeStruct(x.shape, jax.dtypes.canonicalize_dtype(x.dtype), sharding=default)
+
+    return jax.tree.map(to_struct, tree)
+
+  def _read_meta(self, step: int) -> dict:
+    try:
+      meta = self._mngr.restore(step, args=ocp.args.Composite(extra=ocp.args.JsonRestore()))
+      meta = meta["extra"]
+    except Exception as e:
+      raise _BadStep(f"metadata unreadable: {_cause(e)}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("manifest"), dict):
+      raise _BadStep("metadata has no checksum manifest")
+    if meta.get("format") != FORMAT:
+      raise _BadStep(f"metadata format {meta.get('format')!r}, expected {FORMAT}")
+    return meta
+
+  def _check_compatible(self, step: int, meta: dict, wanted: dict) -> None:
+    saved_fp = meta.get("fingerprint")
+    if self._fingerprint is not None and saved_fp is not None and saved_fp != self._fingerprint:
+      diffs = _diff(saved_fp, self._fingerprint)
+      raise CheckpointError(
+        f"{self.directory} holds a checkpoint (step {step}) of an incompatible config; "
+        f"differing fields: {'; '.join(diffs[:8])}"
+        + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else "")
+        + ". Use another workdir or the matching config."
+      )
+    saved = {k: {"shape": v["shape"], "dtype": v["dtype"]} for k, v in meta["manifest"].items()}
+    diffs = _diff({"state": saved}, {"state": wanted})
+    if diffs:
+      raise CheckpointError(
+        f"{self.directory} holds a checkpoint (step {step}) whose state does not match the model: "
+        f"{'; '.join(diffs[:8])}" + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else "")
+      )
+
+  def _restore_state(self, step: int, target):
+    try:
+      restored = self._mngr.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+      )
+      return restored["state"]
+    except Exception as e:
+      step_dir = self.directory / str(step) / "state"
+      missing = [n for n in ("_METADATA", "manifest.ocdbt") if not (step_dir / n).exists()]
+      if missing:
+        raise _BadStep(f"restore failed: state/{missing[0]} is missing") from None
+      raise _BadStep(f"restore failed: {_cause(e)}") from None
+
+  @staticmethod
+  def _verify(step: int, meta: dict, state) -> None:
+    got = checksums(state)
+    saved = {k: v["sum"] for k, v in meta["manifest"].items()}
+    wrong = sorted(k for k in saved if got.get(k) != saved[k])
+    if wrong:
+      more = f" (+{len(wrong) - 1} more leaves)" if len(wrong) > 1 else ""
+      raise _BadStep(f"checksum mismatch in state{wrong[0]}{more}")
+
+  def _quarantine(self, steps: list[int]) -> None:
+    """Moves bad steps aside so their numbers can be saved again (Orbax refuses older steps)."""
+    if not steps:
+      return
+    if jax.process_index() == 0:
+      dest_root = self.directory / CORRUPT_DIR
+      dest_root.mkdir(parents=True, exist_ok=True)
+      for step in steps:
+        src = self.directory / str(step)
+        dest = dest_root / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        try:
+          src.rename(dest)
+          log.warning("moved unusable checkpoint step %d to %s", step, dest)
+        except OSError as e:
+          log.warning("could not move unusable checkpoint step %d aside: %s", step, _cause(e))
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+
+      multihost_utils.sync_global_devices("jaxformer_checkpoint_quarantine")
+    self._mngr.reload()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases Orbax's threads."""
+    try:
+      self.wait()
+    finally:
+      self._mngr.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()

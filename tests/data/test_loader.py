@@ -1,0 +1,154 @@
+"""The grain loader: sharding, determinism, resume, padding, global arrays."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxformer.data import DataError, Loader, get_dataset, to_global
+
+L = 3
+
+
+class IndexSource:
+    """Example i holds i everywhere, so a batch shows which examples it read."""
+
+    def __init__(self, n):
+        self.n, self.reads = n, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {k: np.full(L, i, np.int32) for k in ("inputs", "targets")} | {
+            "mask": np.ones(L, np.int32)
+        }
+
+    def __getitems__(self, ids):
+        self.reads += 1
+        return [self[i] for i in ids]
+
+
+def ids(batch):
+    return batch["inputs"][:, 0].tolist()
+
+
+def take(loader, n):
+    return [next(loader) for _ in range(n)]
+
+
+def test_two_processes_cover_each_example_once_per_epoch():
+    n, G = 64, 16
+    loaders = [
+        Loader(IndexSource(n), G, seed=3, num_epochs=2, process_index=p, process_count=2)
+        for p in (0, 1)
+    ]
+    assert loaders[0].steps_per_epoch == 4 and loaders[0].num_steps == 8
+    batches = [list(loader) for loader in loaders]  # stops after num_epochs
+    assert [len(b) for b in batches] == [8, 8]
+    assert batches[0][0]["inputs"].shape == (8, L)
+    epochs = []
+    for e in range(2):
+        seen = [i for p in (0, 1) for b in batches[p][4 * e : 4 * e + 4] for i in ids(b)]
+        assert sorted(seen) == list(range(n))
+        epochs.append(seen)
+    assert epochs[0] != epochs[1]  # reshuffled each epoch
+    assert ids(batches[0][0]) != list(range(8))  # shuffled at all
+
+
+def test_global_batch_does_not_depend_on_the_process_count():
+    single = take(Loader(IndexSource(40), 8, seed=1, process_index=0, process_count=1), 7)
+    halves = [
+        take(Loader(IndexSource(40), 8, seed=1, process_index=p, process_count=2), 7)
+        for p in (0, 1)
+    ]
+    for s, a, b in zip(single, *halves, strict=True):
+        assert ids(s) == ids(a) + ids(b)
+
+
+def test_seed_and_shuffle_control_the_order():
+    def first(**kw):
+        return ids(next(Loader(IndexSource(50), 10, process_index=0, process_count=1, **kw)))
+
+    assert first(seed=0) == first(seed=0) != first(seed=1)
+    assert first(seed=0, shuffle=False) == list(range(10))
+
+
+def test_one_read_per_batch():
+    source = IndexSource(100)
+    take(Loader(source, 20, seed=0, process_index=0, process_count=1), 3)
+    assert source.reads == 3
+
+
+def test_resumed_loader_yields_exactly_the_next_batches():
+    make = lambda: Loader(IndexSource(30), 6, seed=7, process_index=1, process_count=2)  # noqa: E731
+    original = make()
+    take(original, 7)  # past the first epoch boundary (5 steps per epoch)
+    state = json.loads(json.dumps(original.get_state()))
+    expected = take(original, 6)
+    resumed = make()
+    resumed.set_state(state)
+    assert [ids(b) for b in take(resumed, 6)] == [ids(b) for b in expected]
+
+
+def test_state_from_another_stream_is_refused():
+    state = Loader(IndexSource(30), 6, seed=7, process_index=0, process_count=1).get_state()
+    other = Loader(IndexSource(30), 6, seed=8, process_index=0, process_count=1)
+    with pytest.raises(DataError, match=r"^loader state seed=7: this loader has 8"):
+        other.set_state(state)
+
+
+def test_last_partial_batch_is_padded_with_masked_repeats():
+    n, G = 20, 8
+    per_process = [
+        list(
+            Loader(IndexSource(n), G, seed=0, num_epochs=1, drop_remainder=False,
+                   process_index=p, process_count=2)
+        )
+        for p in (0, 1)
+    ]  # fmt: skip
+    assert [len(b) for b in per_process] == [3, 3]
+    last = [b[-1] for b in per_process]
+    assert [int(b["mask"][:, 0].sum()) for b in last] == [4, 0]  # 4 real, 4 padding
+    real = [
+        i for b in per_process for batch in b
+        for i, m in zip(ids(batch), batch["mask"][:, 0], strict=True) if m
+    ]  # fmt: skip
+    assert sorted(real) == list(range(n))
+
+
+@pytest.mark.parametrize(
+    "kwargs, starts",
+    [
+        ({"global_batch_size": 9, "process_count": 2}, "loader.global_batch_size=9: must be"),
+        ({"global_batch_size": 64, "process_count": 1}, "loader.global_batch_size=64: the dataset"),
+        ({"global_batch_size": 8, "process_count": 2, "process_index": 2}, "loader.process_index"),
+        ({"global_batch_size": 8, "process_count": 1, "num_epochs": 0}, "loader.num_epochs=0"),
+    ],
+)
+def test_bad_loader_arguments(kwargs, starts):
+    kwargs = {"process_index": 0, **kwargs}
+    with pytest.raises(DataError, match="^" + starts):
+        Loader(IndexSource(40), seed=0, **kwargs)
+
+
+def test_tfds_dataset_through_the_loader_onto_the_mesh(tmp_path):
+    ds = get_dataset(
+        "mqar:vocab_size=64,seq_len=16,num_kv_pairs=4,num_examples=64,num_test_examples=8",
+        "train",
+        data_dir=str(tmp_path),
+    )
+    loader = Loader(ds, 16, seed=0)  # process index and count from jax: 0 of 1
+    batch = next(loader)
+    assert loader.get_state()["spec"] == ds.spec
+    rows = {ds.source[i]["inputs"].tobytes(): i for i in range(len(ds))}
+    picked = [rows[r.tobytes()] for r in batch["inputs"]]
+    for j, i in enumerate(picked):
+        for k in ("inputs", "targets", "mask"):
+            np.testing.assert_array_equal(batch[k][j], ds.source[i][k])
+    mesh = jax.make_mesh((8,), ("data",))
+    arrays = to_global(batch, NamedSharding(mesh, PartitionSpec("data")))
+    assert arrays["inputs"].shape == (16, 16) and len(arrays["inputs"].sharding.device_set) == 8
+    np.testing.assert_array_equal(np.asarray(arrays["targets"]), batch["targets"])
