@@ -64,6 +64,11 @@ def train(rung, task, model=None, **fields):
   return summary
 
 
+def cost(summary):
+  """'N steps, X cpu-s': what a run cost, for the progress lines."""
+  return f"{summary['final_step']} steps, {summary['cpu_seconds']:.1f} cpu-s"
+
+
 def accuracy(summary):
   """The eval accuracy at the end of training (after an early stop: at the stop)."""
   value = summary["final_eval_accuracy"]
@@ -71,10 +76,9 @@ def accuracy(summary):
 
 
 def intermediates(model, params, tokens_BL):
-  """(logits, the 'intermediates' collection) of one forward pass of a real model."""
-  logits, state = model.apply(
-    {"params": params}, jax.numpy.asarray(tokens_BL), mutable=["intermediates"]
-  )
+  """(logits, the 'intermediates' collection) of one jitted forward pass of a real model."""
+  apply = jax.jit(lambda p, t: model.apply({"params": p}, t, mutable=["intermediates"]))
+  logits, state = apply(params, jax.numpy.asarray(tokens_BL))
   return logits, state["intermediates"]
 
 

@@ -117,9 +117,10 @@ def absorbed_output(layer, x_BLD, o_BLHK, activation, split):
   """
   valuer, ffn = layer["mixer"]["valuer"], layer["ffn"]
   wo_w1_HKF = jnp.einsum("HKD,DF->HKF", valuer["wo"], ffn["w1"])
-  bo = valuer.get("bo", jnp.zeros(x_BLD.shape[-1]))
-  hidden_BLF = jnp.einsum("BLHK,HKF->BLF", o_BLHK, wo_w1_HKF) + bo @ ffn["w1"] + ffn["b1"]
-  mlp_BLD = mlp_math.ACTIVATIONS[activation](hidden_BLF) @ ffn["w2"] + ffn["b2"]
+  bo = valuer.get("bo", jnp.zeros(x_BLD.shape[-1]))  # biases only with use_bias
+  b1, b2 = ffn.get("b1", 0.0), ffn.get("b2", 0.0)
+  hidden_BLF = jnp.einsum("BLHK,HKF->BLF", o_BLHK, wo_w1_HKF) + bo @ ffn["w1"] + b1
+  mlp_BLD = mlp_math.ACTIVATIONS[activation](hidden_BLF) @ ffn["w2"] + b2
   base_BLD = x_BLD
   if split:
     base_BLD = x_BLD + jnp.einsum("BLHK,HKD->BLD", o_BLHK, valuer["wo"]) + bo
@@ -215,7 +216,11 @@ def run(config, workdir):
     eval_loss[key] = float(summary["final_eval_loss"])
     eval_acc[key] = harness.accuracy(summary)
     summaries[key], cpu = summary, cpu + summary["cpu_seconds"]
-    print(f"  mlp_kv {key:6s} eval_loss={eval_loss[key]:.4f} acc={eval_acc[key]:.3f}", flush=True)
+    print(
+      f"  mlp_kv {key:6s} eval_loss={eval_loss[key]:.4f} acc={eval_acc[key]:.3f} "
+      f"({harness.cost(summary)})",
+      flush=True,
+    )
 
   # W1 absorption on real blocks: initialized single / split, and the trained single skip.
   rng = np.random.default_rng(config.seed)
