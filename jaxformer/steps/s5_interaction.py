@@ -96,8 +96,10 @@ class LowRank(nn.Module):
     self.wk_DHK = param(self, "wk", shape, _QK_NAMES)
     if self.use_bias:
       bias_shape, names = (self.num_heads, self.rank), (axes.HEADS, axes.KV)
-      self.bq_HK = param(self, "bq", bias_shape, names)
-      self.bk_HK = param(self, "bk", bias_shape, names)
+      # Biases start at zero: a random bk_HK adds bq . k_i, a source-only score (step 3's
+      # symmetry) that dominated at init and stalled recall training in jaxformer's runs.
+      self.bq_HK = param(self, "bq", bias_shape, names, nn.initializers.zeros)
+      self.bk_HK = param(self, "bk", bias_shape, names, nn.initializers.zeros)
 
   def queries(self, x_BLD):
     return _project(x_BLD, self.wq_DHK, self.bq_HK if self.use_bias else None)

@@ -29,7 +29,9 @@ class ConcatWo(nn.Module):
       self, "wo", (self.num_heads, self.rank, self.width), (axes.HEADS, axes.KV, axes.EMBED)
     )
     if self.use_bias:
-      self.bv_HK = param(self, "bv", (self.num_heads, self.rank), (axes.HEADS, axes.KV))
+      self.bv_HK = param(
+        self, "bv", (self.num_heads, self.rank), (axes.HEADS, axes.KV), nn.initializers.zeros
+      )
       self.bo_D = param(self, "bo", (self.width,), (axes.EMBED,))
 
   def values(self, x_BMD):

@@ -83,3 +83,18 @@ def test_w1_does_not_absorb_in_the_split_skip_block_with_norm():
   explicit = mixed + mlp_math.mlp(h, ffn["w1"], ffn["b1"], ffn["w2"], ffn["b2"], config.activation)
   chex.assert_trees_all_close(explicit, out, atol=1e-4, rtol=1e-4)
   assert np.isfinite(gap)
+
+
+def test_every_bias_starts_at_zero():
+  # A random (H, K) key bias adds bq . k_i to every score: a source-only term that stalled
+  # recall training. Biases of every shape must start at zero, like GPT-2's.
+  model = ladder.build("transformer")
+  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32)))["params"]
+  biases = {
+    jax.tree_util.keystr(path): leaf
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+    if jax.tree_util.keystr(path).split("'")[-2].startswith("b")
+  }
+  assert {"bq", "bk", "bv", "bo", "b1", "b2"} <= {k.split("'")[-2] for k in biases}
+  for name, leaf in biases.items():
+    assert not np.any(np.asarray(leaf)), f"{name} is not zero at init"

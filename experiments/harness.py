@@ -1,0 +1,113 @@
+"""Plumbing shared by the design-pressure experiments: train a rung, probe it, plot.
+
+Every experiment trains through the one training loop (`jaxformer.train.loop.train`) with a
+config from `experiments/configs/default.py`, overriding only the fields it varies:
+
+  summary = harness.train("rnn", "mqar:vocab_size=64,seq_len=16,num_kv_pairs=2",
+                          model={"cell": "elman"}, total_steps=400)
+  summary["final_eval_accuracy"], summary["params"], summary["model"]
+
+Figures are drawn on matplotlib's Agg canvas without pyplot (no global state, no display),
+and saved as PNGs named `<experiment>_<what>.png` beside the report.
+"""
+
+import os
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from jaxformer import ladder
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def train_config(rung, task, model=None, **fields):
+  """The training config of `rung` on `task`, with model fields and top-level fields replaced.
+
+  A field name that does not exist raises (ConfigDict refuses new keys on a locked dict).
+  """
+  from experiments.configs import default  # the training config (branch `training`)
+
+  config = default.get_config(f"rung={rung}")
+  config.task = task
+  # The experiments report accuracy, not MFU: a nominal peak skips the loop's matmul
+  # measurement (which also fails inside a multi-device mesh, see the report).
+  config.peak_flops_per_device = 1e11
+  with config.model.unlocked():
+    for key, value in (model or {}).items():
+      if key not in config.model:
+        raise ladder.ConfigError(f"model.{key}: no such model field")
+      config.model[key] = value
+  for key, value in fields.items():
+    if key not in config:
+      raise ladder.ConfigError(f"{key}: no such training field")
+    config[key] = value
+  return config
+
+
+def train(rung, task, model=None, **fields):
+  """Trains once (no workdir: nothing written); the loop's summary plus `model`, `config`
+  and `cpu_seconds` (process CPU time: on a shared machine it tracks the cost better than
+  wall time)."""
+  config = train_config(rung, task, model, **fields)
+  from jaxformer.train import loop  # the heavy import only when something trains
+
+  start = time.process_time()
+  summary = loop.train(config)
+  summary["cpu_seconds"] = time.process_time() - start
+  summary["model"] = ladder.build(rung, config.model)
+  summary["config"] = config
+  return summary
+
+
+def cost(summary):
+  """'N steps, X cpu-s': what a run cost, for the progress lines."""
+  return f"{summary['final_step']} steps, {summary['cpu_seconds']:.1f} cpu-s"
+
+
+def accuracy(summary):
+  """The eval accuracy at the end of training (after an early stop: at the stop)."""
+  value = summary["final_eval_accuracy"]
+  return float("nan") if value is None else float(value)
+
+
+def intermediates(model, params, tokens_BL):
+  """(logits, the 'intermediates' collection) of one jitted forward pass of a real model."""
+  apply = jax.jit(lambda p, t: model.apply({"params": p}, t, mutable=["intermediates"]))
+  logits, state = apply(params, jax.numpy.asarray(tokens_BL))
+  return logits, state["intermediates"]
+
+
+def init_params(model, tokens_BL, seed=0):
+  """Unboxed freshly initialized params of `model` for inputs shaped like tokens_BL (jitted:
+  one compile instead of one per initializer op)."""
+  init = jax.jit(lambda rng, tokens: nn.meta.unbox(model.init(rng, tokens))["params"])
+  return init(jax.random.key(seed), jax.numpy.asarray(tokens_BL))
+
+
+def figure(cols=1, rows=1, width=4.5, height=3.5):
+  fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+  FigureCanvasAgg(fig)
+  return fig
+
+
+def save(fig, workdir, name):
+  """Writes `fig` as workdir/name (a .png) and returns the name relative to workdir."""
+  os.makedirs(workdir, exist_ok=True)
+  fig.savefig(os.path.join(workdir, name), dpi=100)
+  return name
+
+
+def finite(values):
+  """True when every number in a nested dict / list is finite (for tests and sanity)."""
+  if isinstance(values, dict):
+    return all(finite(v) for v in values.values())
+  if isinstance(values, (list, tuple)):
+    return all(finite(v) for v in values)
+  if isinstance(values, (int, float, np.floating, np.integer)):
+    return bool(np.isfinite(values))
+  return True
