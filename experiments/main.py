@@ -1,0 +1,163 @@
+r"""Train a rung of the ladder: the one entry point, and the only file that defines flags.
+
+  python -m experiments.main --config=experiments/configs/default.py:rung=transformer \
+    --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug]
+
+Rerunning the same command resumes from the workdir's latest good checkpoint. SIGTERM
+(preemption) finishes the current step, saves and exits 0. A usage error (bad or unknown
+config field, missing config file, a mesh that does not fit the devices, ...) prints one
+line naming the field and exits 2; `--debug` shows the traceback instead.
+
+Several processes (multi-host): set JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES
+and JAX_PROCESS_ID on each (or JAXFORMER_DISTRIBUTED=1 to let JAX detect a TPU pod or
+SLURM); main then calls jax.distributed.initialize before touching any device.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from jaxformer import data, ladder
+from jaxformer.train import checkpoint, loop
+
+USAGE = 2  # exit code of a usage error
+FAILED = 1
+
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Config file experiments/configs/<name>.py[:arg].", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
+
+USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError)
+
+
+def _fail(message, code, debug):
+  if debug:
+    raise
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(code)
+
+
+def parse_flags(argv):
+  """absl parsing, with any flag or config-file error reported as one line and exit code 2."""
+  debug = "--debug" in argv
+  try:
+    _check_config_file(argv)
+    rest = flags.FLAGS(argv)
+    _CONFIG.value  # noqa: B018  (loads the file and applies --config.FIELD overrides now)
+    return rest
+  except (flags.Error, AttributeError, KeyError, TypeError, OSError, ValueError) as e:
+    if debug:
+      raise
+    print(f"error: {_flag_error_message(e, argv)}", file=sys.stderr)
+    sys.exit(USAGE)
+
+
+def _check_config_file(argv):
+  for i, arg in enumerate(argv):
+    value = None
+    if arg.startswith("--config="):
+      value = arg.split("=", 1)[1]
+    elif arg == "--config" and i + 1 < len(argv):
+      value = argv[i + 1]
+    path = value.split(":", 1)[0] if value else None
+    if path and not os.path.isfile(path):
+      raise ladder.ConfigError(f"--config={value}: no such config file {path!r}")
+
+
+def _flag_error_message(e, argv):
+  """One line: the innermost ConfigError / DataError if any, else the unknown field or e."""
+  inner = e
+  while inner is not None:
+    if isinstance(inner, ladder.ConfigError | data.DataError):
+      lines = str(inner).strip().splitlines()
+      if "Traceback" in str(inner):  # config_flags re-raises get_config's error with its trace
+        return lines[-1].split(": ", 1)[-1]
+      return lines[0]
+    inner = inner.__cause__ or inner.__context__
+  if isinstance(e, AttributeError | KeyError):
+    field = str(e).strip("\"'")
+    given = [a.split("=", 1)[0] for a in argv if a.startswith("--config.") and field in a]
+    return f"{given[0] if given else field}: unknown config field {field!r}"
+  lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+  return lines[0] if lines else type(e).__name__
+
+
+def check_workdir(workdir):
+  """Creates the workdir if needed; raises ConfigError when it is missing or not writable."""
+  if not workdir:
+    raise ladder.ConfigError("--workdir is required (a directory for checkpoints and metrics)")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write-probe-{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise ladder.ConfigError(f"--workdir={workdir}: not a writable directory ({e.strerror})") from e
+  return workdir
+
+
+def initialize_distributed():
+  """jax.distributed.initialize when this process is one of several (see the docstring)."""
+  import jax
+
+  env = os.environ
+  if env.get("JAX_COORDINATOR_ADDRESS"):
+    for name in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+      if not env.get(name, "").isdigit():
+        raise ladder.ConfigError(f"{name}={env.get(name)!r}: set it with JAX_COORDINATOR_ADDRESS")
+    jax.distributed.initialize(
+      env["JAX_COORDINATOR_ADDRESS"],
+      num_processes=int(env["JAX_NUM_PROCESSES"]),
+      process_id=int(env["JAX_PROCESS_ID"]),
+      initialization_timeout=int(env.get("JAX_INITIALIZATION_TIMEOUT", "300")),
+    )
+  elif env.get("JAXFORMER_DISTRIBUTED") == "1" or int(env.get("SLURM_NTASKS", "1")) > 1:
+    jax.distributed.initialize()
+
+
+def main(argv):
+  debug = _DEBUG.value
+  if not debug:
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every file it writes at INFO
+  try:
+    if len(argv) > 1:
+      raise ladder.ConfigError(f"unexpected arguments {argv[1:]}; fields go in --config.FIELD=")
+    config = _CONFIG.value
+    if config is None:
+      raise ladder.ConfigError("--config is required (e.g. experiments/configs/default.py)")
+    workdir = check_workdir(_WORKDIR.value)
+    initialize_distributed()
+    summary = loop.train(config, workdir)
+  except USAGE_ERRORS as e:
+    _fail(str(e).strip().splitlines()[0], USAGE, debug)
+  except loop.NonFiniteError as e:
+    _fail(str(e), FAILED, debug)
+
+  import jax
+
+  if jax.process_index() == 0:
+    print(_summary_line(summary, workdir), flush=True)
+
+
+def _summary_line(s, workdir):
+  if s["stop_reason"] == "preempted":
+    return f"preempted at step {s['final_step']}: checkpoint saved in {workdir}; rerun to resume"
+  parts = [f"{s['stop_reason']} at step {s['final_step']}"]
+  if s["final_eval_loss"] is not None:
+    parts.append(f"eval_loss={s['final_eval_loss']:.4f}")
+    parts.append(f"eval_accuracy={s['final_eval_accuracy']:.4f}")
+  parts.append(f"{s['tokens_per_sec']:.0f} tokens/s")
+  parts.append(f"{s['steps_per_sec']:.2f} steps/s")
+  parts.append(f"MFU {100 * s['mfu']:.2f}%")
+  if s["skipped_steps"]:
+    parts.append(f"skipped {s['skipped_steps']} non-finite steps")
+  return ", ".join(parts) + f" ({workdir})"
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)

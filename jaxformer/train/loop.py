@@ -1,0 +1,417 @@
+"""`train(config, workdir)`: the training loop, top to bottom (mesh, data, model, state,
+restore, loop, eval, save).
+
+With a workdir it checkpoints (async, every `checkpoint_every` steps and at the end), resumes
+from the latest good checkpoint (state, rng and the data iterator's position), writes
+metrics.jsonl and TensorBoard events, and on SIGTERM finishes the current step, saves and
+returns. With `workdir=None` it writes nothing: experiments call it many times on small
+models, so the jitted programs are cached by (rung, model, optimizer, mesh, shapes) and a
+second call with the same shapes does not compile again.
+
+Metrics are fetched one step late (the host reads step t's numbers after dispatching step
+t + 1), so the device never waits for the host; a non-finite step leaves the state
+unchanged (see step.py), so being told one step late loses nothing.
+"""
+
+import contextlib
+import dataclasses
+import math
+import os
+import signal
+import threading
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from jaxformer import data, ladder
+from jaxformer.train import metrics as metrics_lib
+from jaxformer.train import optimizer, sharding, step
+from jaxformer.train.checkpoint import Checkpointer
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+class NonFiniteError(RuntimeError):
+  """Training produced a non-finite loss or gradient; the message names the step."""
+
+
+def check_config(config):
+  """Raises ConfigError naming the first training field that cannot work (model included)."""
+  c = config
+  ladder.validate(c.rung, c.model)
+  optimizer.validate(c)
+  for field in ("batch_size", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every"):
+    if not isinstance(c[field], int) or isinstance(c[field], bool) or c[field] <= 0:
+      raise ladder.ConfigError(f"{field}={c[field]!r}: must be a positive integer")
+  if c.eval_batches is not None and c.eval_batches <= 0:
+    raise ladder.ConfigError(f"eval_batches={c.eval_batches!r}: must be positive or None")
+  if c.early_stop_accuracy is not None and not 0 < c.early_stop_accuracy <= 1:
+    raise ladder.ConfigError(f"early_stop_accuracy={c.early_stop_accuracy!r}: must be in (0, 1]")
+  if c.peak_flops_per_device is not None and not c.peak_flops_per_device > 0:
+    raise ladder.ConfigError(f"peak_flops_per_device={c.peak_flops_per_device!r}: must be > 0")
+  if not isinstance(c.seed, int) or not 0 <= c.seed < 2**32:
+    raise ladder.ConfigError(f"seed={c.seed!r}: must be an integer in [0, 2**32)")
+  data.parse_spec(c.task)  # DataError naming the task field
+
+
+def check_task_fits(config, dataset):
+  """The task's sequences and token ids must fit the model's tables."""
+  if dataset.seq_len > config.model.max_len:
+    raise ladder.ConfigError(
+      f"task seq_len={dataset.seq_len} > model.max_len={config.model.max_len}: "
+      "raise model.max_len or shorten the task"
+    )
+  if dataset.vocab_size > config.model.vocab_size:
+    raise ladder.ConfigError(
+      f"task vocab_size={dataset.vocab_size} > model.vocab_size={config.model.vocab_size}: "
+      "token ids would index past the embedding"
+    )
+
+
+def fingerprint(config):
+  """What a checkpoint must match to be resumed: the rung, its model config and the task."""
+  return {"rung": config.rung, "model": config.model.to_dict(), "task": config.task}
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """Everything compiled for one (rung, model, optimizer, mesh, batch shape)."""
+
+  model: object
+  abstract_state: object  # ShapeDtypeStructs carrying the state's shardings
+  init: object  # rng key -> state, created sharded
+  train_step: object  # (state, batch) -> (state, metrics), state donated
+  eval_step: object  # (params, batch) -> sums
+  batch_sharding: object
+
+
+_PROGRAMS = {}
+_MAX_PROGRAMS = 8
+
+
+def build_program(config, mesh, batch_shape):
+  """The jitted init / train / eval for this config, reused across calls with equal keys."""
+  opt_fields = (
+    "learning_rate",
+    "end_learning_rate_factor",
+    "warmup_steps",
+    "total_steps",
+    "weight_decay",
+    "adam_b1",
+    "adam_b2",
+    "grad_clip_norm",
+    "grad_accum_steps",
+  )
+  key = (
+    config.rung,
+    config.model.to_json(sort_keys=True),
+    tuple(config[f] for f in opt_fields),
+    mesh,
+    batch_shape,
+  )
+  if key in _PROGRAMS:
+    return _PROGRAMS[key]
+  model = ladder.build(config.rung, config.model)
+  tx = optimizer.make(config)
+  init_boxed = lambda rng: step.init_state(model, tx, rng, batch_shape)  # noqa: E731
+  boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+  shardings = sharding.logical_shardings(boxed, mesh)
+  abstract = sharding.with_shardings(sharding.strip_boxes(boxed), shardings)
+  sharding.check_divisible(abstract, shardings)
+  batch_sharding = sharding.batch_sharding(mesh)
+  program = Program(
+    model=model,
+    abstract_state=abstract,
+    init=jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=shardings),
+    train_step=step.jit_train_step(model, tx, shardings, batch_sharding),
+    eval_step=step.jit_eval_step(model, shardings["params"], batch_sharding),
+    batch_sharding=batch_sharding,
+  )
+  if len(_PROGRAMS) >= _MAX_PROGRAMS:
+    _PROGRAMS.pop(next(iter(_PROGRAMS)))
+  _PROGRAMS[key] = program
+  return program
+
+
+def train(config, workdir=None):
+  """Trains `config` (fields: experiments/configs/default.py); returns a summary dict.
+
+  Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
+  final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,
+  tokens_per_sec, mfu, skipped_steps, stop_reason (completed | early_stop | preempted) and
+  the trained params. Raises ConfigError / DataError / MeshError / CheckpointError for a
+  config that cannot run, NonFiniteError at a non-finite step (unless skip_nonfinite).
+  """
+  check_config(config)
+  lead = jax.process_index() == 0
+
+  # --- mesh -------------------------------------------------------------------------------
+  mesh = sharding.make_mesh(config.mesh_shape)
+  dp = sharding.data_parallel_size(mesh)
+  if config.batch_size % dp or config.batch_size % jax.process_count():
+    raise ladder.ConfigError(
+      f"batch_size={config.batch_size} is not divisible by the data-parallel size "
+      f"data x fsdp = {dp} (mesh_shape={tuple(mesh.shape.values())}) "
+      f"and the process count {jax.process_count()}"
+    )
+
+  # --- data -------------------------------------------------------------------------------
+  train_ds, test_ds = _datasets(config.task, config.data_dir)
+  check_task_fits(config, train_ds)
+  loader = data.Loader(train_ds, config.batch_size, seed=config.seed)
+  seq_len = train_ds.seq_len
+  tokens_per_step = config.batch_size * seq_len
+
+  with sharding.active(mesh):
+    # --- model ------------------------------------------------------------------------------
+    program = build_program(config, mesh, (config.batch_size, seq_len))
+
+    # --- restore / state --------------------------------------------------------------------
+    ckpt, restored = None, None
+    if workdir is not None:
+      ckpt = Checkpointer(
+        os.path.join(workdir, CHECKPOINT_DIR),
+        max_to_keep=config.keep_checkpoints,
+        fingerprint=fingerprint(config),
+      )
+      restored = ckpt.restore_latest(program.abstract_state)
+    if restored is None:
+      state, first_step, skipped = program.init(jax.random.key(config.seed)), 0, 0
+    else:
+      first_step, state, extra = restored
+      loader.set_state(extra["loader"])
+      skipped = int(extra.get("skipped_steps", 0))
+
+    flops = metrics_lib.flops_per_token(
+      config.rung,
+      config.model,
+      seq_len,
+      metrics_lib.matmul_param_count(state["params"], config.model.tie_embeddings),
+    )
+    peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device)
+    writer = metrics_lib.Writer(workdir, enabled=lead, resume_step=first_step if restored else None)
+    progress = metrics_lib.Progress(
+      config.total_steps, first_step, every=config.log_every, enabled=lead and workdir is not None
+    )
+    progress.message(
+      f"{config.rung} on {config.task}: {sharding.describe(mesh)}, "
+      f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
+    )
+
+    # --- loop -------------------------------------------------------------------------------
+    losses, evals = [], []
+    stop_reason, pending = "completed", None
+    # Throughput clock: wall time minus time spent in eval and checkpoint saves.
+    clock = {"first": None, "last_log": None, "paused": 0.0}
+    s = first_step
+
+    def record(done_step, device_metrics):
+      """Host side of one finished step: history, skip/stop on non-finite, logs."""
+      nonlocal skipped
+      m = {k: float(v) for k, v in _fetch(device_metrics).items()}
+      now = time.perf_counter() - clock["paused"]
+      losses.append(m["loss"])
+      if not m.pop("finite"):
+        if not config.skip_nonfinite:
+          last = ckpt.latest_step() if ckpt else None
+          raise NonFiniteError(
+            f"non-finite loss or gradient at step {done_step} (loss={m['loss']}, "
+            f"grad_norm={m['grad_norm']}); the last good checkpoint "
+            f"{'is step ' + str(last) if last is not None else 'does not exist'}; "
+            "set skip_nonfinite=True to skip such batches instead"
+          )
+        skipped += 1
+        progress.message(f"step {done_step}: non-finite loss or gradient, batch skipped")
+      m["skipped_steps"] = skipped
+      if clock["first"] is None:
+        clock["first"] = clock["last_log"] = (done_step, now)
+      log_now = done_step % config.log_every == 0 or done_step == config.total_steps
+      if log_now:
+        prev_step, prev_time = clock["last_log"]
+        if done_step > prev_step:
+          m["tokens_per_sec"] = (done_step - prev_step) * tokens_per_step / (now - prev_time)
+          m["mfu"] = m["tokens_per_sec"] * flops / peak
+        clock["last_log"] = (done_step, now)
+        writer.write(done_step, m)
+      clock["end"] = (done_step, now)
+      progress.update(done_step, m)
+
+    try:
+      with _preemption_watch(enabled=workdir is not None) as preempted:
+        while s < config.total_steps:
+          batch = data.to_global(next(loader), program.batch_sharding)
+          state, device_metrics = program.train_step(state, batch)
+          s += 1
+          if pending is not None:
+            record(*pending)
+          pending = (s, device_metrics)
+
+          due_eval = s % config.eval_every == 0 or s == config.total_steps
+          due_save = ckpt is not None and s % config.checkpoint_every == 0
+          stop_now = preempted(s)
+          if not (due_eval or due_save or stop_now):
+            continue
+          record(*pending)
+          pending = None
+          paused_at = time.perf_counter()
+
+          # --- eval ---------------------------------------------------------------------------
+          if due_eval:
+            result = _evaluate(program, state["params"], test_ds, config)
+            evals.append((s, result["eval_loss"], result["eval_accuracy"]))
+            writer.write(s, result)
+            progress.message(
+              f"step {s}: eval_loss={result['eval_loss']:.4f} "
+              f"eval_accuracy={result['eval_accuracy']:.4f}"
+            )
+            target = config.early_stop_accuracy
+            if target is not None and result["eval_accuracy"] >= target:
+              stop_reason = "early_stop"
+
+          # --- save ---------------------------------------------------------------------------
+          if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
+            _save(ckpt, s, state, loader, skipped)
+          clock["paused"] += time.perf_counter() - paused_at
+          if stop_now:
+            stop_reason = "preempted"
+            progress.message(f"preempted: saved step {s}, exiting")
+          if stop_reason != "completed":
+            break
+        if pending is not None:
+          record(*pending)
+          pending = None
+      if ckpt is not None:
+        _save(ckpt, s, state, loader, skipped)
+        ckpt.wait()
+    finally:
+      progress.close()
+      writer.close()
+      if ckpt is not None:
+        ckpt.close()
+
+  return _summary(
+    config,
+    first_step,
+    s,
+    losses,
+    evals,
+    clock,
+    tokens_per_step,
+    flops,
+    peak,
+    skipped,
+    stop_reason,
+    state,
+  )
+
+
+def _summary(
+  config,
+  first_step,
+  final_step,
+  losses,
+  evals,
+  clock,
+  tokens_per_step,
+  flops,
+  peak,
+  skipped,
+  stop_reason,
+  state,
+):
+  steps_per_sec = math.nan
+  if clock["first"] is not None and clock["end"][0] > clock["first"][0]:
+    (s0, t0), (s1, t1) = clock["first"], clock["end"]
+    steps_per_sec = (s1 - s0) / (t1 - t0)  # excludes the first step (compilation)
+  eval_losses = [e[1] for e in evals]
+  eval_accs = [e[2] for e in evals]
+  return {
+    "steps": final_step - first_step,
+    "first_step": first_step,
+    "final_step": final_step,
+    "losses": losses,
+    "evals": evals,
+    "final_eval_loss": eval_losses[-1] if evals else None,
+    "final_eval_accuracy": eval_accs[-1] if evals else None,
+    "best_eval_loss": min(eval_losses) if evals else None,
+    "best_eval_accuracy": max(eval_accs) if evals else None,
+    "steps_per_sec": steps_per_sec,
+    "tokens_per_sec": steps_per_sec * tokens_per_step,
+    "mfu": steps_per_sec * tokens_per_step * flops / peak,
+    "skipped_steps": skipped,
+    "stop_reason": stop_reason,
+    "params": state["params"],
+  }
+
+
+def _datasets(spec, data_dir):
+  """Train and test splits; process 0 prepares the files first when several processes run."""
+  lead = jax.process_index() == 0
+  if lead:
+    splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices("jaxformer_data_prepared")
+  if not lead:
+    splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
+  return splits
+
+
+def _evaluate(program, params, dataset, config):
+  """Masked loss and accuracy over the test split (or its first eval_batches batches)."""
+  loader = data.Loader(
+    dataset,
+    config.batch_size,
+    seed=config.seed,
+    shuffle=False,
+    num_epochs=1,
+    drop_remainder=False,
+  )
+  totals = None
+  for i, batch in enumerate(loader):
+    if config.eval_batches is not None and i >= config.eval_batches:
+      break
+    sums = program.eval_step(params, data.to_global(batch, program.batch_sharding))
+    totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
+  totals = _fetch(totals)
+  weight = max(float(totals["weight_sum"]), 1.0)
+  return {
+    "eval_loss": float(totals["loss_sum"]) / weight,
+    "eval_accuracy": float(totals["correct_sum"]) / weight,
+  }
+
+
+def _save(ckpt, s, state, loader, skipped):
+  ckpt.save(s, state, extra={"loader": loader.get_state(), "skipped_steps": skipped})
+
+
+def _fetch(tree):
+  """Host copies of replicated results (in multi-process runs no array is fully addressable)."""
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
+
+
+@contextlib.contextmanager
+def _preemption_watch(enabled):
+  """Yields `preempted(step) -> bool`: SIGTERM asks the loop to save and stop.
+
+  One process: a Python SIGTERM handler sets a flag, read after each step. Several
+  processes: JAX's preemption service (started by jax.distributed.initialize) receives the
+  signal and agrees on one step at which every process stops.
+  """
+  if not enabled:
+    yield lambda s: False
+    return
+  if jax.process_count() > 1:
+    yield multihost_utils.reached_preemption_sync_point
+    return
+  if threading.current_thread() is not threading.main_thread():
+    yield lambda s: False
+    return
+  flag = threading.Event()
+  previous = signal.signal(signal.SIGTERM, lambda signum, frame: flag.set())
+  try:
+    yield lambda s: flag.is_set()
+  finally:
+    signal.signal(signal.SIGTERM, previous)

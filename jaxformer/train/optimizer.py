@@ -1,0 +1,97 @@
+"""The optimizer: AdamW with warmup + cosine decay, gradient clipping, optional accumulation.
+
+  lr(t) = peak * t / warmup                                        t < warmup
+        = end + (peak - end) * (1 + cos(pi * (t - warmup) / (T - warmup))) / 2   after
+with t counting optimizer updates and T = total_steps // grad_accum_steps.
+Weight decay skips norm parameters and biases (decaying a LayerNorm scale towards 0 or a
+bias towards 0 only fights the model; GPT-2 and nanoGPT decay matrices only).
+With `grad_accum_steps = k > 1`, `optax.MultiSteps` averages k batches of gradients and
+applies one update every k train steps, so the effective batch is k * batch_size.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import optax
+
+from jaxformer import ladder
+
+# Parameter names that are biases or norm parameters in jaxformer's modules
+# (LayerNorm scale/bias, Linear bias, q/k/v/o biases, MLP b1/b2, recurrent b).
+NO_DECAY_NAMES = frozenset({"scale", "bias", "b", "b1", "b2", "bq", "bk", "bv", "bo"})
+
+
+class OptimizerError(ladder.ConfigError):
+  """An optimizer field holds a value that cannot train; the message names it."""
+
+
+def decay_mask(params):
+  """True for parameters that get weight decay: everything but norms and biases."""
+
+  def decays(path, _):
+    name = path[-1].key if isinstance(path[-1], jax.tree_util.DictKey) else str(path[-1])
+    return name not in NO_DECAY_NAMES
+
+  return jax.tree_util.tree_map_with_path(decays, nn.meta.unbox(params))
+
+
+def schedule(config):
+  """Warmup + cosine decay over optimizer updates (train steps // grad_accum_steps)."""
+  accum = config.grad_accum_steps
+  updates = max(config.total_steps // accum, 1)
+  warmup = min(config.warmup_steps // accum, updates)
+  peak = config.learning_rate
+  return optax.warmup_cosine_decay_schedule(
+    init_value=0.0,
+    peak_value=peak,
+    warmup_steps=warmup,
+    decay_steps=max(updates, warmup + 1),
+    end_value=peak * config.end_learning_rate_factor,
+  )
+
+
+def validate(config):
+  """Raises OptimizerError naming the first bad optimizer field of a training config."""
+  c = config
+  for field in ("learning_rate", "weight_decay", "grad_clip_norm", "end_learning_rate_factor"):
+    value = c[field]
+    if value is None and field == "grad_clip_norm":
+      continue
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+      raise OptimizerError(f"{field}={value!r}: must be a finite number >= 0")
+  if c.learning_rate <= 0:
+    raise OptimizerError(f"learning_rate={c.learning_rate!r}: must be > 0")
+  for field in ("adam_b1", "adam_b2"):
+    if not 0 <= c[field] < 1:
+      raise OptimizerError(f"{field}={c[field]!r}: must be in [0, 1)")
+  for field in ("total_steps", "grad_accum_steps"):
+    if not isinstance(c[field], int) or c[field] <= 0:
+      raise OptimizerError(f"{field}={c[field]!r}: must be a positive integer")
+  if not isinstance(c.warmup_steps, int) or c.warmup_steps < 0:
+    raise OptimizerError(f"warmup_steps={c.warmup_steps!r}: must be an integer >= 0")
+  return config
+
+
+def make(config):
+  """The optax transformation for a training config (fields: see configs/default.py)."""
+  validate(config)
+  adamw = optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
+    learning_rate=schedule(config),
+    b1=config.adam_b1,
+    b2=config.adam_b2,
+    weight_decay=config.weight_decay,
+    mask=decay_mask,
+  )
+  parts = []
+  if config.grad_clip_norm:
+    parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+  tx = optax.chain(*parts, adamw)
+  if config.grad_accum_steps > 1:
+    tx = optax.MultiSteps(tx, every_k_schedule=config.grad_accum_steps)
+  return tx
+
+
+def learning_rate(opt_state):
+  """The learning rate of the last applied update (stored by inject_hyperparams)."""
+  return optax.tree_utils.tree_get(opt_state, "hyperparams")["learning_rate"]

@@ -1,0 +1,80 @@
+"""train(): summary, compile once, early stop, non-finite handling, restore onto another mesh."""
+
+import json
+
+import chex
+import numpy as np
+import pytest
+from train_helpers import tiny_config
+
+from jaxformer.train import checkpoint, loop, step
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("data"))
+
+
+def _config(data_dir, **fields):
+  """Tests share one rung, total_steps and the optimizer, so each program compiles once.
+
+  The softmax rung (no MLP, no norms) compiles in about half the transformer's time."""
+  return tiny_config("softmax", data_dir=data_dir, mesh_shape=(-1, 1, 1), total_steps=6, **fields)
+
+
+def _exploding(data_dir, **fields):
+  """lr 1e30: the first update blows the weights up, step 2's loss is not finite."""
+  return _config(data_dir, learning_rate=1e30, warmup_steps=0, **fields)
+
+
+def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monkeypatch):
+  loop._PROGRAMS.clear()  # a fresh program, traced through the counting wrapper
+  monkeypatch.setattr(step, "train_step", chex.assert_max_traces(step.train_step, n=1))
+  config = _config(data_dir, eval_every=4)
+  summary = loop.train(config, None)
+  assert summary["steps"] == summary["final_step"] == 6 and summary["first_step"] == 0
+  assert len(summary["losses"]) == 6 and all(np.isfinite(summary["losses"]))
+  assert [e[0] for e in summary["evals"]] == [4, 6]
+  assert summary["final_eval_loss"] == summary["evals"][-1][1]
+  assert summary["best_eval_loss"] == min(e[1] for e in summary["evals"])
+  assert summary["stop_reason"] == "completed" and summary["skipped_steps"] == 0
+  assert summary["steps_per_sec"] > 0 and summary["tokens_per_sec"] > 0
+  assert summary["params"]["embed"].shape == (32, 32)
+  # A second call with the same shapes reuses the program (no retrace: assert_max_traces)
+  # and, from the same seed, repeats the run exactly.
+  again = loop.train(config, None)
+  assert again["losses"] == summary["losses"]
+  assert len(loop._PROGRAMS) == 1
+
+
+def test_early_stop_at_first_eval_reaching_accuracy(data_dir):
+  full = loop.train(_config(data_dir, eval_every=1), None)
+  accs = [e[2] for e in full["evals"]]
+  target = max(accs[:-1])
+  assert target > 0, accs
+  first = next(i for i, a in enumerate(accs) if a >= target) + 1
+  early = loop.train(_config(data_dir, eval_every=1, early_stop_accuracy=target), None)
+  assert early["stop_reason"] == "early_stop" and early["final_step"] == first < 6
+  assert early["losses"] == full["losses"][:first]
+
+
+def test_nonfinite_stops_naming_the_step_and_keeps_last_good_checkpoint(data_dir, tmp_path):
+  config = _exploding(data_dir, checkpoint_every=1)
+  with pytest.raises(loop.NonFiniteError, match="at step 2 .*last good checkpoint is step 1"):
+    loop.train(config, str(tmp_path))
+  assert checkpoint.Checkpointer(tmp_path / "checkpoints").all_steps() == [1]
+  records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in records] == [1]
+
+
+def test_skip_nonfinite_counts_and_skips(data_dir):
+  summary = loop.train(_exploding(data_dir, skip_nonfinite=True), None)
+  assert summary["skipped_steps"] == 5 and summary["final_step"] == 6
+  assert np.isfinite(summary["losses"][0]) and not np.isfinite(summary["losses"][1])
+
+
+def test_incompatible_workdir_is_named(data_dir, tmp_path):
+  loop.train(_config(data_dir), str(tmp_path))
+  other = _config(data_dir, **{"model.d_model": 16})
+  with pytest.raises(checkpoint.CheckpointError, match="incompatible config.*model.d_model"):
+    loop.train(other, str(tmp_path))

@@ -1,0 +1,116 @@
+"""metrics.jsonl / TensorBoard writer, progress output, FLOPs per token and the matmul peak."""
+
+import io
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxformer import ladder
+from jaxformer.train import metrics
+
+
+def _params(rung, **fields):
+  config = ladder.default_config(rung)
+  with config.unlocked():
+    for k, v in fields.items():
+      config[k] = v
+  model = ladder.build(rung, config)
+  tokens = jnp.zeros((1, 8), jnp.int32)
+  params = jax.eval_shape(lambda k: model.init(k, tokens), jax.random.key(0))["params"]
+  return config, params  # boxed (nn.Partitioned) leaves: the count must see through them
+
+
+def test_transformer_flops_are_6n_plus_12_layers_l_d():
+  config, params = _params("transformer")
+  n = metrics.matmul_param_count(params)
+  total = sum(x.size for x in jax.tree.leaves(params))  # the boxes' values
+  assert n == total - 64 * 64 - 64 * 64  # minus the token table and the position table
+  L, D = 32, config.d_model
+  assert metrics.flops_per_token("transformer", config, L, n) == 6 * n + 12 * 2 * L * D
+
+
+def test_tied_embedding_counts_as_a_matmul():
+  _, params = _params("transformer", tie_embeddings=True)
+  untied = sum(x.size for x in jax.tree.leaves(params)) - 64 * 64  # minus positions
+  assert metrics.matmul_param_count(params, tie_embeddings=True) == untied
+
+
+def test_rnn_has_no_attention_term_and_full_dynamic_mixes_d_squared():
+  config, params = _params("rnn")
+  n = metrics.matmul_param_count(params)
+  assert metrics.flops_per_token("rnn", config, 32, n) == 6 * n
+  config, params = _params("full_dynamic")
+  n = metrics.matmul_param_count(params)
+  hk = config.num_heads * config.rank
+  expected = 6 * n + config.num_layers * 6 * 32 * (hk + config.d_model**2)
+  assert metrics.flops_per_token("full_dynamic", config, 32, n) == expected
+
+
+def test_measure_matmul_peak_is_positive_and_cached():
+  peak = metrics.measure_matmul_peak(256, repeats=2)
+  assert 1e6 < peak < 1e16
+  assert metrics.measure_matmul_peak(256, repeats=2) == peak  # cached: measured once
+
+
+def test_writer_appends_jsonl_and_tensorboard(tmp_path):
+  writer = metrics.Writer(str(tmp_path))
+  writer.write(1, {"loss": jnp.float32(2.5), "accuracy": 0.25})
+  writer.write(2, {"loss": float("nan")})
+  writer.write(2, {"eval_loss": 1.5, "eval_accuracy": 0.5})
+  writer.close()
+  records = metrics.read_metrics(str(tmp_path))
+  assert records[0] == {"step": 1, "loss": 2.5, "accuracy": 0.25}
+  assert records[1] == {"step": 2, "loss": "nan"}  # still valid JSON
+  assert records[2]["eval_accuracy"] == 0.5
+  events = os.listdir(tmp_path / "tensorboard")
+  assert len(events) == 1 and events[0].startswith("events.out.tfevents")
+  assert os.path.getsize(tmp_path / "tensorboard" / events[0]) > 100
+
+
+def test_writer_on_resume_drops_records_past_the_restored_step(tmp_path):
+  path = tmp_path / metrics.METRICS_FILE
+  path.write_text("".join(json.dumps({"step": s, "loss": s}) + "\n" for s in (1, 2, 3, 4)))
+  writer = metrics.Writer(str(tmp_path), resume_step=2)
+  writer.write(3, {"loss": 30.0})
+  writer.close()
+  assert [(r["step"], r["loss"]) for r in metrics.read_metrics(str(tmp_path))] == [
+    (1, 1),
+    (2, 2),
+    (3, 30.0),
+  ]
+
+
+def test_disabled_writer_writes_nothing(tmp_path):
+  writer = metrics.Writer(str(tmp_path), enabled=False)
+  writer.write(1, {"loss": 1.0})
+  writer.close()
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("step,shown", [(5, False), (10, True), (12, True)])
+def test_plain_progress_logs_every_n_and_the_last_step(step, shown):
+  out = io.StringIO()  # not a TTY: plain lines
+  progress = metrics.Progress(12, every=10, stream=out)
+  progress.update(step, {"loss": 1.25, "accuracy": 0.5, "grad_norm": 3.0})
+  progress.close()
+  text = out.getvalue()
+  assert bool(text) == shown
+  if shown:
+    assert text.startswith(f"step {step}/12 loss=1.25 accuracy=0.5") and "eta=" in text
+
+
+def test_tty_progress_uses_a_bar():
+  class Tty(io.StringIO):
+    def isatty(self):
+      return True
+
+  out = Tty()
+  progress = metrics.Progress(10, every=5, stream=out)
+  progress.update(3, {"loss": 2.0})
+  progress.message("step 3: eval")
+  progress.close()
+  text = out.getvalue()
+  assert "3/10" in text and "loss=2" in text and "step 3: eval" in text

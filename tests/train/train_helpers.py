@@ -1,0 +1,70 @@
+"""Shared by the training tests: a tiny config on a tiny MQAR task, and subprocess helpers."""
+
+import os
+import subprocess
+import sys
+
+from experiments.configs import default
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY_TASK = "mqar:vocab_size=32,seq_len=16,num_kv_pairs=2,num_examples=256,num_test_examples=32"
+
+
+def tiny_config(rung="transformer", **fields):
+  """The default config shrunk to compile and run in seconds on CPU."""
+  c = default.get_config(f"rung={rung}")
+  with c.unlocked():
+    c.task = TINY_TASK
+    c.model.vocab_size, c.model.max_len = 32, 16
+    c.model.d_model, c.model.num_heads, c.model.d_ff, c.model.num_layers = 32, 2, 64, 1
+    c.batch_size, c.total_steps, c.warmup_steps = 16, 4, 1
+    c.eval_every = c.checkpoint_every = 100
+    c.log_every = 1
+    c.peak_flops_per_device = 1e11  # no matmul measurement in tests
+    for key, value in fields.items():
+      target = c
+      *path, last = key.split(".")
+      for name in path:
+        target = target[name]
+      target[last] = value
+  return c
+
+
+def main_command(workdir, *overrides, rung="transformer"):
+  """argv for `python -m experiments.main` on the tiny config."""
+  return [
+    sys.executable,
+    "-m",
+    "experiments.main",
+    f"--config={REPO}/experiments/configs/default.py:rung={rung}",
+    f"--workdir={workdir}",
+    f"--config.task={TINY_TASK}",
+    "--config.model.vocab_size=32",
+    "--config.model.max_len=16",
+    "--config.model.d_model=32",
+    "--config.model.d_ff=64",
+    "--config.batch_size=16",
+    "--config.warmup_steps=1",
+    "--config.log_every=1",
+    "--config.peak_flops_per_device=1e11",
+    *overrides,
+  ]
+
+
+def env(data_dir, devices=1, **extra):
+  """Environment of a subprocess: this tree importable, its own device count, shared data."""
+  out = dict(os.environ)
+  out.update(
+    PYTHONPATH=REPO,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    JAXFORMER_DATA_DIR=str(data_dir),
+    **{k: str(v) for k, v in extra.items()},
+  )
+  return out
+
+
+def run(cmd, data_dir, timeout=120, **env_extra):
+  return subprocess.run(
+    cmd, env=env(data_dir, **env_extra), capture_output=True, text=True, timeout=timeout, cwd=REPO
+  )
