@@ -4,12 +4,15 @@
 Positions are learned, sinusoidal, or none (the recurrent rungs know order already).
 The output layer is untied by default: tied embeddings stalled recall training in
 jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
+`decode=True` continues from the 'cache' collection (jaxformer.decode): positions start
+at the number of tokens already seen, and every layer reads and extends its own cache.
 """
 
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
+from jax import lax
 
 from jaxformer.math import layers as layers_math
 from jaxformer.nn import axes
@@ -29,10 +32,11 @@ class LanguageModel(nn.Module):
   dtype: str = "float32"
 
   @nn.compact
-  def __call__(self, tokens_BL):
+  def __call__(self, tokens_BL, decode=False):
     length = tokens_BL.shape[1]
     if length > self.max_len:
       raise ValueError(f"sequence length {length} > max_len={self.max_len}")
+    start = self._decode_start(length) if decode else 0
     embed_VD = param(
       self,
       "embed",
@@ -49,13 +53,14 @@ class LanguageModel(nn.Module):
         (None, axes.EMBED),
         nn.initializers.normal(stddev=0.02),
       )
-      x_BLD = x_BLD + pos_LD[:length].astype(self.dtype)
+      x_BLD = x_BLD + _rows(pos_LD, start, length, decode).astype(self.dtype)
     elif self.positions == "sinusoidal":
-      x_BLD = x_BLD + layers_math.sinusoidal_positions(length, self.d_model).astype(self.dtype)
+      table_LD = layers_math.sinusoidal_positions(self.max_len if decode else length, self.d_model)
+      x_BLD = x_BLD + _rows(table_LD, start, length, decode).astype(self.dtype)
     x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     self.sow("intermediates", "embedded", x_BLD)
     for layer in self.layers:
-      x_BLD = layer(x_BLD)
+      x_BLD = layer(x_BLD, decode=decode)
       x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     if self.final_norm:
       x_BLD = LayerNorm(name="final_norm")(x_BLD)
@@ -65,3 +70,17 @@ class LanguageModel(nn.Module):
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
       logits_BLV = jnp.einsum("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
     return logits_BLV.astype(jnp.float32)
+
+  def _decode_start(self, length):
+    """Position of the first token of this call; the layers keep their own caches."""
+    index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    start = index.value
+    index.value = start + length
+    return start
+
+
+def _rows(table_LD, start, length, decode):
+  """Position rows start .. start+length-1 (a static slice when not decoding)."""
+  if not decode:
+    return table_LD[:length]
+  return lax.dynamic_slice_in_dim(table_LD, start, length, axis=0)

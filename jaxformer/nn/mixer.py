@@ -13,12 +13,20 @@ A rung is a choice of pieces (jaxformer.ladder); this module only wires them.
 scores_BHLM with any scorer and normalizer; the others call the attention kernels of
 jaxformer.math.attention (dense, blockwise, sliding window, ...), which need a
 query/key scorer and a softmax.
+
+Decoding (`decode=True`): only the receiver needs x_L, the sources need only what
+`scorer.keys` and `valuer.values` made of x_i, so those are kept in the 'cache'
+collection (as Flax's own attention does) with the next position: a prompt of any
+length is prefilled in one call, then tokens follow one at a time. With a sliding
+window the cache is a ring of `window` slots (jaxformer.math.cache).
 """
 
 import math
 
 import flax.linen as nn
+import jax.numpy as jnp
 
+from jaxformer.math import cache as cache_math
 from jaxformer.math import mixing
 
 GENERIC = "generic"
@@ -37,7 +45,8 @@ class Mixer(nn.Module):
   def tau(self):
     return self.temperature if self.temperature is not None else math.sqrt(self.scorer.rank)
 
-  def __call__(self, x_BLD):
+  @nn.compact
+  def __call__(self, x_BLD, decode=False):
     length = x_BLD.shape[1]
     q = self.scorer.queries(x_BLD)
     k = self.scorer.keys(x_BLD)
@@ -45,21 +54,78 @@ class Mixer(nn.Module):
     for name, value in (("queries", q), ("keys", k), ("values", v_BMHK)):
       if value is not None:
         self.sow("intermediates", name, value)
-    if self.impl == GENERIC:
-      scores_BHLM = self.scorer.scores(q, k, length)
-      a_BHLM = mixing.normalize(scores_BHLM, self.mask_LM(length), self.normalizer, self.tau)
-      self.sow("intermediates", "weights", a_BHLM)
-      o_BLHK = mixing.mix(a_BHLM, v_BMHK)
+    if decode:
+      k, v_BMHK, mask_LM, start = self._through_cache(k, v_BMHK)
+      if self.impl == GENERIC or self.window is not None:
+        # a ring's slots are not in position order; every kernel that takes a window is
+        # exact windowed softmax, which the materialized form computes from the mask.
+        o_BLHK = self._mix(q, k, v_BMHK, mask_LM)
+      else:  # the full cache is in position order: the kernel itself, query 0 at `start`
+        o_BLHK = self._kernel(q, k, v_BMHK, q_offset=start)
+    elif self.impl == GENERIC:
+      o_BLHK = self._mix(q, k, v_BMHK, self.mask_LM(length))
     else:
-      from jaxformer.math import attention  # the kernels of step 9
-
-      o_BLHK = attention.attend(
-        q, k, v_BMHK, impl=self.impl, causal=True, temperature=self.tau, window=self.window
-      )
+      o_BLHK = self._kernel(q, k, v_BMHK)
     self.sow("intermediates", "head_outputs", o_BLHK)
     return self.valuer.combine(o_BLHK)
+
+  def _mix(self, q, k, v_BMHK, mask_LM):
+    """The materialized form: any scorer, any normalizer, any mask."""
+    scores_BHLM = self.scorer.scores(q, k, mask_LM.shape[0])  # L receivers
+    a_BHLM = mixing.normalize(scores_BHLM, mask_LM, self.normalizer, self.tau)
+    self.sow("intermediates", "weights", a_BHLM)
+    return mixing.mix(a_BHLM, v_BMHK)
+
+  def _kernel(self, q_BLHK, k_BMHK, v_BMHK, **position):
+    from jaxformer.math import attention  # the kernels of step 9
+
+    linear = self.impl.startswith("linear")  # no softmax, so no temperature
+    return attention.attend(
+      q_BLHK,
+      k_BMHK,
+      v_BMHK,
+      impl=self.impl,
+      causal=True,
+      temperature=None if linear else self.tau,
+      window=self.window,
+      **position,
+    )
 
   def mask_LM(self, length):
     if self.mask == "self":
       return mixing.self_mask(length)
     return mixing.causal_mask(length, window=self.window)
+
+  def _through_cache(self, k, v_BMHK):
+    """Adds this call's keys and values to the cache.
+
+    Returns the memory to read (keys, values), its mask_LM and the position of this call's
+    first token.
+
+    The first call (inside `init`) sizes the cache from its input: the full length, or
+    `window` slots for a sliding window.
+    """
+    batch, length = v_BMHK.shape[:2]
+    ring = self.window is not None
+    slots = min(self.window, length) if ring else length
+    keys = self.variable("cache", "keys", jnp.zeros, (batch, slots, *k.shape[2:]), k.dtype)
+    values = self.variable(
+      "cache", "values", jnp.zeros, (batch, slots, *v_BMHK.shape[2:]), v_BMHK.dtype
+    )
+    index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    start, slots = index.value, keys.value.shape[1]
+    pos_L = start + jnp.arange(length)
+    if ring:  # read the window before the new tokens overwrite the slots it still needs
+      pos_M = jnp.concatenate([cache_math.slot_positions(start, slots, ring=True), pos_L])
+      k_mem = jnp.concatenate([keys.value, k.astype(keys.value.dtype)], axis=1)
+      v_mem = jnp.concatenate([values.value, v_BMHK.astype(values.value.dtype)], axis=1)
+      keys.value = cache_math.write_ring(keys.value, k, start)
+      values.value = cache_math.write_ring(values.value, v_BMHK, start)
+    else:
+      keys.value = cache_math.write_full(keys.value, k, start)
+      values.value = cache_math.write_full(values.value, v_BMHK, start)
+      k_mem, v_mem = keys.value, values.value
+      pos_M = cache_math.slot_positions(start + length, slots, ring=False)
+    index.value = start + length
+    mask_LM = cache_math.position_mask(pos_L, pos_M, self.mask, self.window)
+    return k_mem, v_mem, mask_LM, start

@@ -5,6 +5,7 @@ compete for the same room and old ones are overwritten.
 Equation: h_t = cell(h_{t-1}, x_t), logits_t = h_t W_out (cells: Elman, GRU, LSTM).
 Fix (Bahdanau et al. 2015): keep every state and read from all of them; the
 `rnn_attention` rung composes this layer with a `Mixer` over the states h_BMD.
+Decoding (`decode=True`) keeps the carry in the 'cache' collection and continues from it.
 Reference: Hochreiter & Schmidhuber 1997; Bahdanau, Cho & Bengio 2015.
 """
 
@@ -22,13 +23,25 @@ class Recurrent(nn.Module):
   width: int = 64
 
   @nn.compact
-  def __call__(self, x_BLE):
+  def __call__(self, x_BLE, decode=False):
     gates = recurrent.GATES[self.cell] * self.width
     params = {
       "wx": param(self, "wx", (x_BLE.shape[-1], gates), (axes.EMBED, axes.MLP)),
       "wh": param(self, "wh", (self.width, gates), (axes.EMBED_OUT, axes.MLP)),
       "b": param(self, "b", (gates,), (axes.MLP,)),
     }
-    _, h_BLD = recurrent.run(self.cell, params, x_BLE)
+    if decode:  # the fixed memory is the whole cache: one carry, whatever the length
+      carry = self.variable(
+        "cache",
+        "carry",
+        recurrent.initial_carry,
+        self.cell,
+        x_BLE.shape[0],
+        self.width,
+        x_BLE.dtype,
+      )
+      carry.value, h_BLD = recurrent.run(self.cell, params, x_BLE, carry.value)
+    else:
+      _, h_BLD = recurrent.run(self.cell, params, x_BLE)
     self.sow("intermediates", "states", h_BLD)
     return h_BLD
