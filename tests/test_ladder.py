@@ -3,6 +3,7 @@
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -159,3 +160,17 @@ def test_sequence_longer_than_max_len_is_an_error():
   config, model, params = _init("softmax")
   with pytest.raises(ValueError, match="max_len=64"):
     model.apply(params, jnp.zeros((1, 65), jnp.int32))
+
+
+def test_unknown_or_missing_model_field_is_named():
+  config = ladder.default_config("softmax")
+  with config.unlocked():
+    config.num_head = 2  # misspelt: would otherwise build the default num_heads silently
+  with pytest.raises(ladder.ConfigError, match="model.num_head: unknown field; known fields: "):
+    ladder.build("softmax", config)
+  partial = ml_collections.ConfigDict(ladder.default_config("softmax").to_dict())
+  del partial["window"]
+  with pytest.raises(ladder.ConfigError, match="model.window: missing"):
+    ladder.build("softmax", partial)
+  with pytest.raises(ladder.ConfigError, match="model: expected an ml_collections.ConfigDict"):
+    ladder.build("softmax", {"vocab_size": 64})
