@@ -174,3 +174,20 @@ def test_unknown_or_missing_model_field_is_named():
     ladder.build("softmax", partial)
   with pytest.raises(ladder.ConfigError, match="model: expected an ml_collections.ConfigDict"):
     ladder.build("softmax", {"vocab_size": 64})
+
+
+def test_token_ids_outside_the_vocabulary():
+  """Concrete ids are checked; traced ids outside [0, V) give NaN, never another row."""
+  config, model, params = _init("softmax")
+  tokens = np.asarray(_tokens(config))
+  for bad in (config.vocab_size, -1):
+    wrong = tokens.copy()
+    wrong[1, 3] = bad
+    with pytest.raises(ValueError, match=f"tokens: id {bad} is outside \\[0, vocab_size=64\\)"):
+      model.apply(params, wrong)
+    logits = np.asarray(jax.jit(model.apply)(params, wrong))
+    # the bad row turns NaN (0 * NaN leaks past the causal mask too); other rows are intact
+    np.testing.assert_array_equal(np.isnan(logits[1, 3:]), True)
+    assert np.isfinite(np.delete(logits, 1, axis=0)).all()
+  with pytest.raises(ValueError, match="tokens: expected integer ids of shape \\[B, L\\]"):
+    model.apply(params, tokens[0])

@@ -4,11 +4,14 @@
 Positions are learned, sinusoidal, or none (the recurrent rungs know order already).
 The output layer is untied by default: tied embeddings stalled recall training in
 jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
+Token ids outside [0, vocab_size) are an error when the ids are concrete; under jit they
+embed as NaN (never as some other token's row), so a training step sees a non-finite loss.
 """
 
 from collections.abc import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from jaxformer.math import layers as layers_math
@@ -30,7 +33,7 @@ class LanguageModel(nn.Module):
 
   @nn.compact
   def __call__(self, tokens_BL):
-    length = tokens_BL.shape[1]
+    length = _check_tokens(tokens_BL, self.vocab_size)
     if length > self.max_len:
       raise ValueError(f"sequence length {length} > max_len={self.max_len}")
     embed_VD = param(
@@ -40,7 +43,11 @@ class LanguageModel(nn.Module):
       (axes.VOCAB, axes.EMBED),
       nn.initializers.normal(stddev=0.02),
     )
-    x_BLD = jnp.take(embed_VD, tokens_BL, axis=0).astype(self.dtype)
+    # jnp.take wraps negative ids (-1 is the last row); map them past the table so that
+    # every id outside [0, V) reads the NaN fill.
+    ids_BL = jnp.where(tokens_BL < 0, self.vocab_size, tokens_BL)
+    x_BLD = jnp.take(embed_VD, ids_BL, axis=0, mode="fill", fill_value=jnp.nan)
+    x_BLD = x_BLD.astype(self.dtype)
     if self.positions == "learned":
       pos_LD = param(
         self,
@@ -65,3 +72,18 @@ class LanguageModel(nn.Module):
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
       logits_BLV = jnp.einsum("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
     return logits_BLV.astype(jnp.float32)
+
+
+def _check_tokens(tokens_BL, vocab_size):
+  """Returns L; raises ValueError for ids that are not int [B, L] or, when concrete (not
+  traced), lie outside [0, vocab_size): the gather would read the wrong row silently."""
+  if tokens_BL.ndim != 2 or not jnp.issubdtype(tokens_BL.dtype, jnp.integer):
+    raise ValueError(
+      f"tokens: expected integer ids of shape [B, L], got {tokens_BL.dtype} {tokens_BL.shape}"
+    )
+  if tokens_BL.size and not isinstance(tokens_BL, jax.core.Tracer):
+    lo, hi = int(jnp.min(tokens_BL)), int(jnp.max(tokens_BL))
+    if lo < 0 or hi >= vocab_size:
+      bad = lo if lo < 0 else hi
+      raise ValueError(f"tokens: id {bad} is outside [0, vocab_size={vocab_size})")
+  return tokens_BL.shape[1]
