@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxformer.math import layers as layers_math
 from jaxformer.nn import axes
@@ -81,8 +82,10 @@ def _check_tokens(tokens_BL, vocab_size):
     raise ValueError(
       f"tokens: expected integer ids of shape [B, L], got {tokens_BL.dtype} {tokens_BL.shape}"
     )
-  if tokens_BL.size and not isinstance(tokens_BL, jax.core.Tracer):
-    lo, hi = int(jnp.min(tokens_BL)), int(jnp.max(tokens_BL))
+  concrete = not isinstance(tokens_BL, jax.core.Tracer)
+  if concrete and tokens_BL.size and getattr(tokens_BL, "is_fully_addressable", True):
+    ids_BL = np.asarray(tokens_BL)  # on the host: jnp ops would be staged inside a jit trace
+    lo, hi = int(ids_BL.min()), int(ids_BL.max())
     if lo < 0 or hi >= vocab_size:
       bad = lo if lo < 0 else hi
       raise ValueError(f"tokens: id {bad} is outside [0, vocab_size={vocab_size})")
