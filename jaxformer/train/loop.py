@@ -27,6 +27,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxformer import data, ladder
+from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import optimizer, sharding, step
 from jaxformer.train.checkpoint import Checkpointer
@@ -146,6 +147,7 @@ def train(config, workdir=None):
   config that cannot run, NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
   check_config(config)
+  faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
   # --- mesh -------------------------------------------------------------------------------
@@ -184,6 +186,7 @@ def train(config, workdir=None):
       first_step, state, extra = restored
       loader.set_state(extra["loader"])
       skipped = int(extra.get("skipped_steps", 0))
+    faults.kill("init", first_step)
 
     flops = metrics_lib.flops_per_token(
       config.rung,
@@ -242,9 +245,11 @@ def train(config, workdir=None):
     try:
       with _preemption_watch(enabled=workdir is not None) as preempted:
         while s < config.total_steps:
-          batch = data.to_global(next(loader), program.batch_sharding)
+          local = faults.poison(next(loader), s + 1, config.model.vocab_size)
+          batch = data.to_global(local, program.batch_sharding)
           state, device_metrics = program.train_step(state, batch)
           s += 1
+          faults.kill("step", s)
           if pending is not None:
             record(*pending)
           pending = (s, device_metrics)
@@ -261,6 +266,7 @@ def train(config, workdir=None):
           # --- eval ---------------------------------------------------------------------------
           if due_eval:
             result = _evaluate(program, state["params"], test_ds, config)
+            faults.kill("eval", s)
             evals.append((s, result["eval_loss"], result["eval_accuracy"]))
             writer.write(s, result)
             progress.message(
@@ -274,6 +280,8 @@ def train(config, workdir=None):
           # --- save ---------------------------------------------------------------------------
           if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
             _save(ckpt, s, state, loader, skipped)
+            faults.kill("save", s)
+            faults.kill("saved", s, before=ckpt.wait)
           clock["paused"] += time.perf_counter() - paused_at
           if stop_now:
             stop_reason = "preempted"
