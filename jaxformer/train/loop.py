@@ -186,7 +186,6 @@ def train(config, workdir=None):
       first_step, state, extra = restored
       loader.set_state(extra["loader"])
       skipped = int(extra.get("skipped_steps", 0))
-    faults.kill("init", first_step)
 
     flops = metrics_lib.flops_per_token(
       config.rung,
@@ -203,6 +202,7 @@ def train(config, workdir=None):
       f"{config.rung} on {config.task}: {sharding.describe(mesh)}, "
       f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
     )
+    faults.kill("init", first_step)
 
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
