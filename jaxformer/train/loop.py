@@ -219,6 +219,8 @@ def train(config, workdir=None):
       losses.append(m["loss"])
       if not m.pop("finite"):
         if not config.skip_nonfinite:
+          if ckpt is not None:
+            ckpt.wait()  # a save still being written counts once it is durable
           last = ckpt.latest_step() if ckpt else None
           raise NonFiniteError(
             f"non-finite loss or gradient at step {done_step} (loss={m['loss']}, "
