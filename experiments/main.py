@@ -63,8 +63,8 @@ def _check_config_file(argv):
       value = arg.split("=", 1)[1]
     elif arg == "--config" and i + 1 < len(argv):
       value = argv[i + 1]
-    path = value.split(":", 1)[0] if value else None
-    if path and not os.path.isfile(path):
+    path = value.split(":", 1)[0] if value is not None else None
+    if path is not None and not os.path.isfile(path):
       raise ladder.ConfigError(f"--config={value}: no such config file {path!r}")
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxformer import data, ladder
+from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train import sharding
@@ -47,6 +48,7 @@ def train(config, workdir=None):
   config that cannot run, NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
   program_lib.check_config(config)
+  faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
   # --- mesh -------------------------------------------------------------------------------
@@ -101,6 +103,7 @@ def train(config, workdir=None):
       f"{config.rung} on {config.task}: {sharding.describe(mesh)}, "
       f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
     )
+    faults.kill("init", first_step)
 
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
@@ -117,6 +120,8 @@ def train(config, workdir=None):
       losses.append(m["loss"])
       if not m.pop("finite"):
         if not config.skip_nonfinite:
+          if ckpt is not None:
+            ckpt.wait()  # a save still being written counts once it is durable
           last = ckpt.latest_step() if ckpt else None
           raise NonFiniteError(
             f"non-finite loss or gradient at step {done_step} (loss={m['loss']}, "
@@ -143,9 +148,11 @@ def train(config, workdir=None):
     try:
       with _preemption_watch(enabled=workdir is not None) as preempted:
         while s < config.total_steps:
-          batch = data.to_global(next(loader), program.batch_sharding)
+          local = faults.poison(next(loader), s + 1, config.model.vocab_size)
+          batch = data.to_global(local, program.batch_sharding)
           state, device_metrics = program.train_step(state, batch)
           s += 1
+          faults.kill("step", s)
           if pending is not None:
             record(*pending)
           pending = (s, device_metrics)
@@ -162,6 +169,7 @@ def train(config, workdir=None):
           # --- eval ---------------------------------------------------------------------------
           if due_eval:
             result = _evaluate(program, state["params"], test_ds, config)
+            faults.kill("eval", s)
             evals.append((s, result["eval_loss"], result["eval_accuracy"]))
             writer.write(s, result)
             progress.message(
@@ -175,6 +183,8 @@ def train(config, workdir=None):
           # --- save ---------------------------------------------------------------------------
           if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
             _save(ckpt, s, state, loader, skipped)
+            faults.kill("save", s)
+            faults.kill("saved", s, before=ckpt.wait)
           clock["paused"] += time.perf_counter() - paused_at
           if stop_now:
             stop_reason = "preempted"
