@@ -55,3 +55,9 @@ def test_docstring_gives_the_command_and_expected_results():
   doc = default.__doc__
   assert "python -m experiments.main --config=experiments/configs/default.py:rung=" in doc
   assert "Expected" in doc
+
+
+def test_cpu_results_cover_every_rung():
+  assert set(default.CPU_RESULTS) == set(ladder.RUNGS)
+  for rung, accuracy in default.CPU_RESULTS.items():
+    assert accuracy is None or 0 <= accuracy <= 1, rung

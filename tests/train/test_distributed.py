@@ -57,7 +57,7 @@ def test_two_processes_match_one_process(data_dir, tmp_path):
   outputs = []
   try:
     for w in workers:
-      outputs.append(w.communicate(timeout=240))
+      outputs.append(w.communicate(timeout=300))
   finally:
     for w in workers:
       if w.poll() is None:
