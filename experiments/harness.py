@@ -89,6 +89,14 @@ def init_params(model, tokens_BL, seed=0):
   return init(jax.random.key(seed), jax.numpy.asarray(tokens_BL))
 
 
+def read_inputs(dataset, indices):
+  """int32 [N, L] input tokens of examples `indices` of a jaxformer.data Dataset (one read)."""
+  indices = [int(i) for i in indices]
+  getitems = getattr(dataset.source, "__getitems__", None)
+  records = getitems(indices) if getitems else [dataset.source[i] for i in indices]
+  return np.stack([np.asarray(r["inputs"]) for r in records]).astype(np.int32)
+
+
 def figure(cols=1, rows=1, width=4.5, height=3.5):
   fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
   FigureCanvasAgg(fig)

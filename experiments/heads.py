@@ -13,9 +13,10 @@ Measured here:
   python -m experiments.heads --workdir runs/heads                      # cpu, ~1 min
   python -m experiments.heads --size accel --workdir runs/heads_accel
 
-cpu: D=64, H=2, r in (8, 16, 64), MQAR V=64 K=2 L=16. Expect equality to ~1e-6, bytes
-exactly r/D of the summed model's, and accuracy at r = D/4 close to summed heads.
-accel: D=256, H=4, r in (8, 16, 32, 64, 256) on MQAR V=256 K=8 L=64.
+cpu: D=64, H=2, pre-norm, r in (8, 16, 64), MQAR V=16 K=4 L=16, up to 300 steps. Measured
+(seed 0): a gap of exactly 0, bytes equal to the formula (r/D of the summed model's), and
+accuracy 1.0 summed, 0.37 / 0.96 / 1.0 at r = 8 / 16 / 64.
+accel: D=256, H=4, r in (8, 16, 32, 64, 256) on MQAR V=256 K=8 L=64; not yet measured.
 """
 
 import sys
@@ -57,7 +58,7 @@ def get_config(size="cpu"):
   c.equivalence_batch = 4  # random token sequences for the equivalence check
   c.seed = 0
   if size == "tiny":
-    c.d_model, c.ranks, c.total_steps, c.eval_every = 16, (4, 16), 4, 2
+    c.d_model, c.ranks, c.total_steps, c.eval_every = 16, (4,), 4, 2
     c.batch_size, c.num_examples, c.num_test_examples = 16, 256, 64
   elif size == "accel":
     c.d_model, c.num_heads, c.ranks = 256, 4, (8, 16, 32, 64, 256)
