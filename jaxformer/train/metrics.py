@@ -112,7 +112,7 @@ class Writer:
     self._file.write(json.dumps(record) + "\n")
     self._file.flush()
     for name, value in record.items():
-      if name != "step" and isinstance(value, int | float) and value is not None:
+      if name != "step" and isinstance(value, int | float):  # "nan" strings are skipped
         self._tb.add_scalar(name, value, int(step))
 
   def close(self):

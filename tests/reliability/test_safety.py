@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from jaxformer.train import loop
+from jaxformer.train import program as program_lib
 from tests.reliability import helpers as h
 from tests.train.train_helpers import REPO, main_command, tiny_config
 
@@ -160,7 +161,7 @@ def test_checkpoints_and_data_on_disk_hold_no_pickle(pickle_forbidden, tmp_path)
   data_dir, workdir = tmp_path / "data", tmp_path / "run"
   config = tiny_config("softmax", data_dir=str(data_dir), total_steps=2, checkpoint_every=1)
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(loop, "_PROGRAMS", {})  # compile here, under the pickle ban
+    mp.setattr(program_lib, "_PROGRAMS", {})  # compile here, under the pickle ban
     assert loop.train(config, str(workdir))["final_step"] == 2
     again = loop.train(config, str(workdir))  # restores the checkpoint of step 2
   assert again["first_step"] == 2 and again["steps"] == 0
