@@ -433,12 +433,25 @@ class Checkpointer:
         + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else "")
         + ". Use another workdir or the matching config."
       )
-    saved = {k: {"shape": v["shape"], "dtype": v["dtype"]} for k, v in meta["manifest"].items()}
-    diffs = _diff({"state": saved}, {"state": wanted})
-    if diffs:
+    saved = {k: (v["shape"], v["dtype"]) for k, v in meta["manifest"].items()}
+    now = {k: (v["shape"], v["dtype"]) for k, v in wanted.items()}
+    changed = sorted(k for k in set(saved) & set(now) if saved[k] != now[k])
+    missing, extra = sorted(set(now) - set(saved)), sorted(set(saved) - set(now))
+    parts = []
+    if changed:
+      (s_shape, s_dtype), (n_shape, n_dtype) = saved[changed[0]], now[changed[0]]
+      parts.append(
+        f"state{changed[0]}: checkpoint {s_shape} {s_dtype} vs now {n_shape} {n_dtype}"
+        + (f" (+{len(changed) - 1} more leaves)" if len(changed) > 1 else "")
+      )
+    for keys, where in ((missing, "not in the checkpoint"), (extra, "only in the checkpoint")):
+      if keys:
+        parts.append(f"{len(keys)} leaves {where}, e.g. state{keys[0]}")
+    if parts:
       raise CheckpointError(
-        f"{self.directory} holds a checkpoint (step {step}) whose state does not match the model: "
-        f"{'; '.join(diffs[:8])}" + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else "")
+        f"{self.directory} holds a checkpoint (step {step}) whose state does not match this "
+        f"config: {'; '.join(parts)}. Use another workdir or the config that wrote it "
+        "(model and optimizer fields)."
       )
 
   def _restore_state(self, step: int, target):

@@ -66,14 +66,17 @@ def finished(tmp_path_factory):
 @pytest.fixture(scope="module")
 def resumed(finished, tmp_path_factory):
   """{damage name: (workdir, returncode, stdout, stderr)}: each damage in its own copy of
-  the finished run, all resumed at once (their programs are in the shared compile cache)."""
+  the finished run, all resumed at once, each with a copy of the first run's compile cache
+  (JAX writes cache entries non-atomically, so concurrent runs do not share one)."""
   data_dir, workdir, cache = finished
   runs = {}
   for damage in DAMAGE:
-    copy = tmp_path_factory.mktemp(damage.__name__) / "run"
-    shutil.copytree(workdir, copy)
-    damage(copy / "checkpoints" / str(NEWEST))
-    runs[damage.__name__] = copy, h.start(h.train_command(copy), data_dir, cache_dir=cache)
+    root = tmp_path_factory.mktemp(damage.__name__)
+    shutil.copytree(workdir, root / "run")
+    shutil.copytree(cache, root / "cache")
+    damage(root / "run" / "checkpoints" / str(NEWEST))
+    proc = h.start(h.train_command(root / "run"), data_dir, cache_dir=str(root / "cache"))
+    runs[damage.__name__] = root / "run", proc
   return {name: (copy, *h.finish(proc)) for name, (copy, proc) in runs.items()}
 
 

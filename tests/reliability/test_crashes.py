@@ -28,8 +28,8 @@ def data_dir(tmp_path_factory):
 
 
 def test_sigkill_at_five_points_then_resume_gives_the_uninterrupted_losses(data_dir, tmp_path):
-  # The uninterrupted reference runs beside the interrupted chain (its own compile cache).
-  reference = h.start(h.train_command(tmp_path / "ref"), data_dir, cache_dir=str(tmp_path / "c0"))
+  # The uninterrupted reference runs beside the interrupted chain (compiling for itself).
+  reference = h.start(h.train_command(tmp_path / "ref"), data_dir)
   workdir, cache = tmp_path / "run", str(tmp_path / "c1")
 
   last_complete = 0
