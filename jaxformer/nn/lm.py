@@ -19,6 +19,7 @@ import numpy as np
 from jax import lax
 
 from jaxformer.math import layers as layers_math
+from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import LayerNorm, param
 
@@ -73,10 +74,10 @@ class LanguageModel(nn.Module):
     if self.final_norm:
       x_BLD = LayerNorm(name="final_norm")(x_BLD)
     if self.tie_embeddings:
-      logits_BLV = jnp.einsum("BLD,VD->BLV", x_BLD, embed_VD.astype(self.dtype))
+      logits_BLV = contract("BLD,VD->BLV", x_BLD, embed_VD.astype(self.dtype))
     else:
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
-      logits_BLV = jnp.einsum("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
+      logits_BLV = contract("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
     return logits_BLV.astype(jnp.float32)
 
   def _decode_start(self, length):
