@@ -31,6 +31,9 @@ def _rate(next_batch, steps: int, batch_size: int) -> float:
 
 def run(spec: str = DEFAULT_SPEC, batch_size: int = 256, steps: int = 40, data_dir=None) -> dict:
   """Examples/s of grain's per-record batching, batched reads, and the threaded Loader."""
+  for field, value in (("batch_size", batch_size), ("steps", steps)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"bench_loader.{field}={value!r}: must be a positive integer")
   ds = get_dataset(spec, "train", data_dir=data_dir)
   per_record = grain.MapDataset.source(ds.source).shuffle(seed=0).repeat().batch(batch_size)
   steps_done = iter(range(steps + 1))

@@ -12,10 +12,15 @@ state size), and we compare eval accuracy:
   python -m experiments.fixed_memory --workdir runs/fixed_memory            # cpu, ~1 min
   python -m experiments.fixed_memory --size accel --workdir runs/fixed_memory_accel
 
-cpu: V=64, (K, L) in (1, 8), (2, 16), (4, 32), D=64. Expect both RNNs near 1.0 at one pair
-and falling to about 0.5 or below by four, while the attention models stay high.
-accel: V=256, (K, L) up to (16, 128), D=128, longer schedules: the RNN collapse is deeper
-(the LSTM sat at 0.02 on V=256 L=128 K=16 in jaxformer's sizing runs).
+cpu: V=16, K in 1, 2, 4 at L=16, D=64, up to 300 steps. The pairs grow at one length so
+that each model compiles once (about 7 cpu-s a program); accel grows L with K. A small
+vocabulary is what lets recall be learned in a few hundred steps (at V=64 the
+transformer needed over 1,000 steps for K=4). Note the guessing floor: a model that knows
+where the values sit but recalls nothing scores about 1/K (1.0 at K=1). Measured (seed 0,
+2-core CPU): both RNNs 0.99 / 0.51 / 0.30-0.34 (the floor), the transformer 1.0 at every K,
+rnn_attention 1.0 / 0.52 / 0.32: it did not learn recall either (2,500 steps at K=2 did not
+help), so the attention-holds criterion fails for it.
+accel: V=64, (K, L) up to (16, 128), D=128, 8,000 steps; not yet measured.
 """
 
 import sys
@@ -49,23 +54,24 @@ RNN_DROP = 0.2  # every RNN: accuracy(smallest point) - accuracy(largest point) 
 
 def get_config(size="cpu"):
   c = ml_collections.ConfigDict()
-  c.vocab_size = 64  # V: MQAR keys in [1, V/2), values in [V/2, V)
-  c.grid = ((1, 8), (2, 16), (4, 32))  # (num_kv_pairs K, seq_len L), growing together
+  c.vocab_size = 16  # V: MQAR keys in [1, V/2), values in [V/2, V); small V learns fast
+  c.grid = ((1, 16), (2, 16), (4, 16))  # (num_kv_pairs K, seq_len L); cpu: L fixed (below)
   c.d_model = 64  # D: every model's width, the RNN's fixed state size
   c.num_layers = 2  # blocks (or stacked recurrent layers)
   c.models = tuple(MODELS)  # which of MODELS to train
-  c.total_steps = 600  # upper bound per run; early stop at early_stop_accuracy
+  c.total_steps = 300  # upper bound per run; early stop at early_stop_accuracy
   c.early_stop_accuracy = 0.99  # stop a run once eval accuracy reaches this
-  c.eval_every = 100  # steps between evals
+  c.eval_every = 50  # steps between evals (the early-stop granularity)
   c.batch_size = 64  # examples per step
   c.num_examples = 20_000  # training examples per task
-  c.num_test_examples = 512  # held-out examples per task (eval accuracy)
+  c.num_test_examples = 256  # held-out examples per task (eval accuracy)
   c.seed = 0  # init, data order and data generation
-  if size == "tiny":
+  if size == "tiny":  # one length: one compiled program per model
     c.grid, c.d_model, c.total_steps, c.eval_every = ((1, 8), (2, 8)), 16, 4, 2
+    c.models = ("elman", "transformer")
     c.batch_size, c.num_examples, c.num_test_examples = 16, 256, 64
   elif size == "accel":
-    c.vocab_size, c.d_model, c.batch_size = 256, 128, 256
+    c.vocab_size, c.d_model, c.batch_size = 64, 128, 256
     c.grid = ((2, 16), (4, 32), (8, 64), (16, 128))
     c.total_steps, c.eval_every, c.num_examples = 8000, 250, 100_000
   elif size != "cpu":
@@ -89,12 +95,15 @@ def criteria(metrics, config):
   rnn_last = {m: float(acc[m][-1]) for m in RNNS if m in acc}
   rnn_drop = {m: float(acc[m][0] - acc[m][-1]) for m in RNNS if m in acc}
   largest = tuple(config.grid[-1])
-  return [
+  holds = [
     report.Criterion(
-      f"attention holds: every attention model >= {ATTENTION_HOLDS} at every (K, L)",
-      len(att_min) == len(ATTENTION) and all(v >= ATTENTION_HOLDS for v in att_min.values()),
-      {f"min_acc_{m}": v for m, v in att_min.items()},
-    ),
+      f"attention holds: {m} >= {ATTENTION_HOLDS} at every (K, L)",
+      m in att_min and att_min[m] >= ATTENTION_HOLDS,
+      {"min_acc": att_min.get(m, float("nan"))},
+    )
+    for m in ATTENTION
+  ]
+  return holds + [
     report.Criterion(
       f"the fixed state fails: every RNN <= {RNN_FAILS} at the largest (K, L) = {largest}",
       len(rnn_last) == len(RNNS) and all(v <= RNN_FAILS for v in rnn_last.values()),
@@ -131,7 +140,11 @@ def run(config, workdir):
       accuracy[name].append(harness.accuracy(summary))
       steps[name].append(summary["final_step"])
       cpu += summary["cpu_seconds"]
-      print(f"  {name:14s} K={pairs:<3d} L={length:<4d} acc={accuracy[name][-1]:.3f}", flush=True)
+      print(
+        f"  {name:14s} K={pairs:<3d} L={length:<4d} acc={accuracy[name][-1]:.3f} "
+        f"({harness.cost(summary)})",
+        flush=True,
+      )
 
   grid = [list(p) for p in config.grid]
   metrics = {"grid": grid, "accuracy": accuracy, "steps": steps, "train_cpu_seconds": cpu}
@@ -144,8 +157,11 @@ def run(config, workdir):
   pairs = [k for k, _ in grid]
   for m in config.models:
     ax.plot(pairs, accuracy[m], marker="o", label=m, linestyle="--" if m in RNNS else "-")
+  guess = [1.0 / k for k in pairs]
+  ax.plot(pairs, guess, ":", color="gray", label="1/K: a guess among the context's values")
   ax.set_xscale("log", base=2)
   ax.set_xticks(pairs, [f"{k}\n(L={l})" for k, l in grid])
+  ax.minorticks_off()
   ax.set_xlabel("key-value pairs K (sequence length L)")
   ax.set_ylabel("MQAR eval accuracy")
   ax.set_ylim(-0.02, 1.02)

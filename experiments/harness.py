@@ -64,6 +64,11 @@ def train(rung, task, model=None, **fields):
   return summary
 
 
+def cost(summary):
+  """'N steps, X cpu-s': what a run cost, for the progress lines."""
+  return f"{summary['final_step']} steps, {summary['cpu_seconds']:.1f} cpu-s"
+
+
 def accuracy(summary):
   """The eval accuracy at the end of training (after an early stop: at the stop)."""
   value = summary["final_eval_accuracy"]
@@ -71,10 +76,9 @@ def accuracy(summary):
 
 
 def intermediates(model, params, tokens_BL):
-  """(logits, the 'intermediates' collection) of one forward pass of a real model."""
-  logits, state = model.apply(
-    {"params": params}, jax.numpy.asarray(tokens_BL), mutable=["intermediates"]
-  )
+  """(logits, the 'intermediates' collection) of one jitted forward pass of a real model."""
+  apply = jax.jit(lambda p, t: model.apply({"params": p}, t, mutable=["intermediates"]))
+  logits, state = apply(params, jax.numpy.asarray(tokens_BL))
   return logits, state["intermediates"]
 
 
@@ -83,6 +87,14 @@ def init_params(model, tokens_BL, seed=0):
   one compile instead of one per initializer op)."""
   init = jax.jit(lambda rng, tokens: nn.meta.unbox(model.init(rng, tokens))["params"])
   return init(jax.random.key(seed), jax.numpy.asarray(tokens_BL))
+
+
+def read_inputs(dataset, indices):
+  """int32 [N, L] input tokens of examples `indices` of a jaxformer.data Dataset (one read)."""
+  indices = [int(i) for i in indices]
+  getitems = getattr(dataset.source, "__getitems__", None)
+  records = getitems(indices) if getitems else [dataset.source[i] for i in indices]
+  return np.stack([np.asarray(r["inputs"]) for r in records]).astype(np.int32)
 
 
 def figure(cols=1, rows=1, width=4.5, height=3.5):

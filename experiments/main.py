@@ -63,8 +63,8 @@ def _check_config_file(argv):
       value = arg.split("=", 1)[1]
     elif arg == "--config" and i + 1 < len(argv):
       value = argv[i + 1]
-    path = value.split(":", 1)[0] if value else None
-    if path and not os.path.isfile(path):
+    path = value.split(":", 1)[0] if value is not None else None
+    if path is not None and not os.path.isfile(path):
       raise ladder.ConfigError(f"--config={value}: no such config file {path!r}")
 
 
@@ -79,9 +79,19 @@ def _flag_error_message(e, argv):
       return lines[0]
     inner = inner.__cause__ or inner.__context__
   if isinstance(e, AttributeError | KeyError):
-    field = str(e).strip("\"'")
+    # ml_collections raises AttributeError(KeyError("'name'" + for a near miss a newline and
+    # 'Did you mean ...')); str() of a KeyError is the repr of that text, so unwrap it.
+    text = e.args[0] if e.args else str(e)
+    if isinstance(text, KeyError) and text.args:
+      text = text.args[0]
+    text = str(text)
+    first, _, hint = text.partition("\n")
+    field = first.strip("\"'")
     given = [a.split("=", 1)[0] for a in argv if a.startswith("--config.") and field in a]
-    return f"{given[0] if given else field}: unknown config field {field!r}"
+    hint = hint.strip().split(" instead of ")[0].lower()
+    return f"{given[0] if given else field}: unknown config field {field!r}" + (
+      f"; {hint}?" if hint else ""
+    )
   lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
   return lines[0] if lines else type(e).__name__
 

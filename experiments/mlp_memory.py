@@ -15,10 +15,11 @@ into the residual stream (Geva et al. 2021). Measured here:
   python -m experiments.mlp_memory --workdir runs/mlp_memory            # cpu, ~1 min
   python -m experiments.mlp_memory --size accel --workdir runs/mlp_memory_accel
 
-cpu: D=64, 2 layers, L=64, 400 steps. Expect a lower eval loss with W2, a single-skip
-gap ~1e-7 (float rounding) against a split-skip gap of order 1, and units whose top
-contexts share their current character far more often than random positions do.
-accel: D=256, 4 layers, L=256, 5000 steps on the same corpus.
+cpu: D=64, 2 layers, pre-norm, L=32, 400 steps. Measured (seed 0): eval loss 2.34 with W2
+against 2.44 without; absorption gap ~4e-7 (float rounding) in the single-skip block,
+0.63 in the split block; top-5 contexts share their current character at a rate of 0.67
+against 0.29 for random positions (units firing on '-' rules, newlines, 'n' of 'None'...).
+accel: D=256, 4 layers, L=256, 5000 steps on the same corpus; not yet measured.
 """
 
 import collections
@@ -50,8 +51,8 @@ PATTERN_MARGIN = 0.2  # top-k contexts' shared-character rate - random positions
 def get_config(size="cpu"):
   c = ml_collections.ConfigDict()
   c.corpus = "jaxformer/**/*.py"  # glob relative to the repository root: our own source
-  c.seq_len = 64  # L: characters per example
-  c.stride = 32  # window start step (overlapping windows: more examples)
+  c.seq_len = 32  # L: characters per example
+  c.stride = 16  # window start step (overlapping windows: more examples)
   c.d_model = 64  # D
   c.d_ff = 256  # F with W2 (without W2, F = D)
   c.num_layers = 2
@@ -91,6 +92,8 @@ def model_overrides(config, vocab_size, w2):
     "num_heads": config.num_heads,
     "d_ff": config.d_ff if w2 else config.d_model,
     "mlp_w2": w2,
+    "norm": "pre",  # layer norm before each mixer and the output, for both models alike:
+    "final_norm": True,  # without it the 0.02-scale embeddings slow learning badly
   }
 
 
@@ -117,9 +120,10 @@ def absorbed_output(layer, x_BLD, o_BLHK, activation, split):
   """
   valuer, ffn = layer["mixer"]["valuer"], layer["ffn"]
   wo_w1_HKF = jnp.einsum("HKD,DF->HKF", valuer["wo"], ffn["w1"])
-  bo = valuer.get("bo", jnp.zeros(x_BLD.shape[-1]))
-  hidden_BLF = jnp.einsum("BLHK,HKF->BLF", o_BLHK, wo_w1_HKF) + bo @ ffn["w1"] + ffn["b1"]
-  mlp_BLD = mlp_math.ACTIVATIONS[activation](hidden_BLF) @ ffn["w2"] + ffn["b2"]
+  bo = valuer.get("bo", jnp.zeros(x_BLD.shape[-1]))  # biases only with use_bias
+  b1, b2 = ffn.get("b1", 0.0), ffn.get("b2", 0.0)
+  hidden_BLF = jnp.einsum("BLHK,HKF->BLF", o_BLHK, wo_w1_HKF) + bo @ ffn["w1"] + b1
+  mlp_BLD = mlp_math.ACTIVATIONS[activation](hidden_BLF) @ ffn["w2"] + b2
   base_BLD = x_BLD
   if split:
     base_BLD = x_BLD + jnp.einsum("BLHK,HKD->BLD", o_BLHK, valuer["wo"]) + bo
@@ -215,12 +219,15 @@ def run(config, workdir):
     eval_loss[key] = float(summary["final_eval_loss"])
     eval_acc[key] = harness.accuracy(summary)
     summaries[key], cpu = summary, cpu + summary["cpu_seconds"]
-    print(f"  mlp_kv {key:6s} eval_loss={eval_loss[key]:.4f} acc={eval_acc[key]:.3f}", flush=True)
+    print(
+      f"  mlp_kv {key:6s} eval_loss={eval_loss[key]:.4f} acc={eval_acc[key]:.3f} "
+      f"({harness.cost(summary)})",
+      flush=True,
+    )
 
   # W1 absorption on real blocks: initialized single / split, and the trained single skip.
   rng = np.random.default_rng(config.seed)
-  sequences = np.stack([train_ds.source[int(i)]["inputs"] for i in range(len(train_ds))])
-  sample = sequences[rng.choice(len(sequences), min(8, len(sequences)), replace=False)]
+  sample = harness.read_inputs(train_ds, rng.choice(len(train_ds), min(8, len(train_ds)), False))
   gaps = {}
   for key, rung in (("single", "mlp_kv"), ("split", "transformer")):
     model_config = absorption_config(rung, config, vocab)
@@ -232,7 +239,8 @@ def run(config, workdir):
   )
 
   # The probe: top-activating training contexts of the last layer's units.
-  probe_rows = sequences[rng.choice(len(sequences), min(config.probe_sequences, len(sequences)))]
+  count = min(config.probe_sequences, len(train_ds))
+  probe_rows = harness.read_inputs(train_ds, rng.choice(len(train_ds), count, replace=False))
   layer = config.num_layers - 1
   top = mlp_probe.top_contexts(
     trained["model"], {"params": trained["params"]}, probe_rows, layer, k=config.top_k

@@ -205,9 +205,27 @@ def _choice(config, field, allowed):
     raise ConfigError(f"model.{field}={value!r}: expected one of {', '.join(map(str, allowed))}")
 
 
+def _check_fields(name, config):
+  """The model config must hold exactly default_config's fields: a misspelt field would
+  otherwise be ignored silently and the model built from the default."""
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ConfigError(
+      f"model: expected an ml_collections.ConfigDict from ladder.default_config({name!r}), "
+      f"got {type(config).__name__}"
+    )
+  known = default_config(name).keys()
+  unknown = sorted(set(config.keys()) - set(known))
+  if unknown:
+    raise ConfigError(f"model.{unknown[0]}: unknown field; known fields: {', '.join(known)}")
+  missing = [k for k in known if k not in config]
+  if missing:
+    raise ConfigError(f"model.{missing[0]}: missing; start from ladder.default_config({name!r})")
+
+
 def validate(name, config):
   """Raises ConfigError naming the first bad field; returns the config otherwise."""
   _check_rung(name)
+  _check_fields(name, config)
   c = config
   for field in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "d_ff"):
     value = c[field]

@@ -3,6 +3,7 @@
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -159,3 +160,34 @@ def test_sequence_longer_than_max_len_is_an_error():
   config, model, params = _init("softmax")
   with pytest.raises(ValueError, match="max_len=64"):
     model.apply(params, jnp.zeros((1, 65), jnp.int32))
+
+
+def test_unknown_or_missing_model_field_is_named():
+  config = ladder.default_config("softmax")
+  with config.unlocked():
+    config.num_head = 2  # misspelt: would otherwise build the default num_heads silently
+  with pytest.raises(ladder.ConfigError, match="model.num_head: unknown field; known fields: "):
+    ladder.build("softmax", config)
+  partial = ml_collections.ConfigDict(ladder.default_config("softmax").to_dict())
+  del partial["window"]
+  with pytest.raises(ladder.ConfigError, match="model.window: missing"):
+    ladder.build("softmax", partial)
+  with pytest.raises(ladder.ConfigError, match="model: expected an ml_collections.ConfigDict"):
+    ladder.build("softmax", {"vocab_size": 64})
+
+
+def test_token_ids_outside_the_vocabulary():
+  """Concrete ids are checked; traced ids outside [0, V) give NaN, never another row."""
+  config, model, params = _init("softmax")
+  tokens = np.asarray(_tokens(config))
+  for bad in (config.vocab_size, -1):
+    wrong = tokens.copy()
+    wrong[1, 3] = bad
+    with pytest.raises(ValueError, match=f"tokens: id {bad} is outside \\[0, vocab_size=64\\)"):
+      model.apply(params, wrong)
+    logits = np.asarray(jax.jit(model.apply)(params, wrong))
+    # the bad row turns NaN (0 * NaN leaks past the causal mask too); other rows are intact
+    np.testing.assert_array_equal(np.isnan(logits[1, 3:]), True)
+    assert np.isfinite(np.delete(logits, 1, axis=0)).all()
+  with pytest.raises(ValueError, match="tokens: expected integer ids of shape \\[B, L\\]"):
+    model.apply(params, tokens[0])

@@ -78,6 +78,27 @@ def _build(name: str, params: dict[str, Any], root: str):
   return arrays, meta
 
 
+def _check_writable(root: str, data_dir: str | None) -> None:
+  """Before generating anything: the prepared files need a directory we can write."""
+  try:
+    os.makedirs(root, exist_ok=True)
+    probe = os.path.join(root, f".write-probe-{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    env = os.environ.get("JAXFORMER_DATA_DIR")
+    given = (
+      f"data_dir={data_dir}"
+      if data_dir
+      else (f"JAXFORMER_DATA_DIR={env}" if env else f"data_dir (default {DEFAULT_DATA_DIR})")
+    )
+    raise DataError(
+      f"{given}: cannot write prepared data to {root} ({e.strerror or e}); "
+      "choose a writable directory"
+    ) from None
+
+
 def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
   """Prepares `spec` once (both splits) and returns the requested split.
 
@@ -92,6 +113,7 @@ def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
   root = data_root(data_dir)
   path = os.path.join(root, cache_key(name, params))
   if not tfds_builder.is_prepared(path):
+    _check_writable(root, data_dir)
     arrays, meta = _build(name, params, root)
     meta = {**meta, "spec": canonical, "seq_len": params["seq_len"]}
     tfds_builder.prepare(path, arrays, meta)

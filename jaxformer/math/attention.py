@@ -7,12 +7,14 @@ under the same mask (`masks.py`), `linear` replaces the softmax (section 9 of
 docs/reconstruction.md: why the Transformer is not inevitable):
 
   dense           the reference: the [L, M] scores materialized. O(L M) time and memory.
-  dot_product     `jax.nn.dot_product_attention` (XLA here, cuDNN flash on a GPU).
+  dot_product     `jax.nn.dot_product_attention(implementation=None)`: in jax 0.10 that is
+                  XLA's materialized softmax on every backend (cuDNN only when asked for).
   blockwise       exact, online softmax over key blocks, recomputing backward: O(L) memory.
   sliding_window  exact within the last `window` keys, linear in L (needs `window`).
   block_sparse    exact within a fixed block pattern (see `masks.block_pattern`).
   linear          elu+1 feature-map linear attention, chunked parallel form: NOT softmax.
-  linear_recurrent  the same function as a `lax.scan` over a fixed-size state.
+  linear_recurrent  the same function as a `lax.scan` over a fixed-size state (fixed memory
+                  in inference; autodiff through the scan still saves one state per step).
 
 All take q_BLHK [B, L, H, K] and k_BMHK, v_BMHK [B, M, H, K], any L, M (padded internally),
 float32 or bfloat16 (accumulated in float32), and return out_BLHK in q's dtype. Query l sits
@@ -28,145 +30,168 @@ from jaxformer.math import blockwise, linear_attention, local_attention, masks
 from jaxformer.math.dense import dense_attention
 
 IMPLEMENTATIONS = (
-    "dense",
-    "dot_product",
-    "blockwise",
-    "sliding_window",
-    "block_sparse",
-    "linear",
-    "linear_recurrent",
+  "dense",
+  "dot_product",
+  "blockwise",
+  "sliding_window",
+  "block_sparse",
+  "linear",
+  "linear_recurrent",
 )
 _NO_WINDOW = ("block_sparse", "linear", "linear_recurrent")
 
 
 def dot_product(
-    q_BLHK, k_BMHK, v_BMHK, *, causal, temperature, window, q_offset, kv_mask_BM, implementation
+  q_BLHK, k_BMHK, v_BMHK, *, causal, temperature, window, q_offset, kv_mask_BM, implementation
 ):
-    """`jax.nn.dot_product_attention`, with its own causal/window flags when they suffice.
+  """`jax.nn.dot_product_attention`, with its own causal/window flags when they suffice.
 
-    Its flags assume query l sits at position l; with an offset, L != M or a kv mask we pass
-    an explicit boolean mask instead (which cuDNN may not accept for every shape).
-    """
-    B, L, H, K = q_BLHK.shape
-    M = k_BMHK.shape[1]
-    scale = 1.0 / (math.sqrt(K) if temperature is None else temperature)
-    k_BMHK, v_BMHK = k_BMHK.astype(q_BLHK.dtype), v_BMHK.astype(q_BLHK.dtype)
-    own_flags = isinstance(q_offset, int) and q_offset == 0 and L == M and kv_mask_BM is None
-    if own_flags:
-        local = None
-        if window is not None:
-            local = (window - 1, 0 if causal else window - 1)
-        return jax.nn.dot_product_attention(
-            q_BLHK,
-            k_BMHK,
-            v_BMHK,
-            scale=scale,
-            is_causal=causal,
-            local_window_size=local,
-            implementation=implementation,
-        )
-    mask_BLM = masks.attention_mask(
-        L, M, causal=causal, window=window, q_offset=q_offset, kv_mask_BM=kv_mask_BM
+  Its flags assume query l sits at position l; with an offset, L != M or a kv mask we pass
+  an explicit boolean mask instead (which cuDNN may not accept for every shape).
+  """
+  B, L, H, K = q_BLHK.shape
+  M = k_BMHK.shape[1]
+  scale = 1.0 / (math.sqrt(K) if temperature is None else temperature)
+  k_BMHK, v_BMHK = k_BMHK.astype(q_BLHK.dtype), v_BMHK.astype(q_BLHK.dtype)
+  own_flags = isinstance(q_offset, int) and q_offset == 0 and L == M and kv_mask_BM is None
+  if own_flags:
+    local = None
+    if window is not None:
+      local = (window - 1, 0 if causal else window - 1)
+    return jax.nn.dot_product_attention(
+      q_BLHK,
+      k_BMHK,
+      v_BMHK,
+      scale=scale,
+      is_causal=causal,
+      local_window_size=local,
+      implementation=implementation,
     )
-    out_BLHK = jax.nn.dot_product_attention(
-        q_BLHK, k_BMHK, v_BMHK, mask=mask_BLM[:, None], scale=scale, implementation=implementation
-    )
-    # it gives a fully masked row the mean of v; the other implementations give zeros
-    return out_BLHK * mask_BLM.any(-1)[:, :, None, None].astype(out_BLHK.dtype)
+  mask_BLM = masks.attention_mask(
+    L, M, causal=causal, window=window, q_offset=q_offset, kv_mask_BM=kv_mask_BM
+  )
+  out_BLHK = jax.nn.dot_product_attention(
+    q_BLHK, k_BMHK, v_BMHK, mask=mask_BLM[:, None], scale=scale, implementation=implementation
+  )
+  # it gives a fully masked row the mean of v; the other implementations give zeros
+  return out_BLHK * mask_BLM.any(-1)[:, :, None, None].astype(out_BLHK.dtype)
 
 
 def _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mask_BM):
-    if impl not in IMPLEMENTATIONS:
-        raise ValueError(f"attend: unknown impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
-    if window is not None and (not isinstance(window, int) or window <= 0):
-        raise ValueError(f"attend: window must be a positive int or None, got window={window!r}")
-    if impl == "sliding_window" and window is None:
-        raise ValueError("attend: impl='sliding_window' needs window=<positive int>, got None")
-    if impl in _NO_WINDOW and window is not None:
-        raise ValueError(f"attend: impl={impl!r} does not take a window (got window={window})")
-    if not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"attend: block_size must be a positive int, got {block_size!r}")
-    if impl.startswith("linear") and temperature is not None:
-        raise ValueError(
-            f"attend: impl={impl!r} has no temperature (got temperature={temperature})"
-        )
-    if temperature is not None and not temperature > 0:
-        raise ValueError(f"attend: temperature must be > 0, got {temperature!r}")
-    if q_BLHK.ndim != 4 or k_BMHK.shape != v_BMHK.shape or k_BMHK.ndim != 4:
-        raise ValueError(
-            f"attend: want q [B, L, H, K] and k, v [B, M, H, K], got q {q_BLHK.shape}, "
-            f"k {k_BMHK.shape}, v {v_BMHK.shape}"
-        )
-    B, _, H, K = q_BLHK.shape
-    if (k_BMHK.shape[0], k_BMHK.shape[2], k_BMHK.shape[3]) != (B, H, K):
-        raise ValueError(f"attend: q {q_BLHK.shape} and k {k_BMHK.shape} differ in B, H or K")
-    if kv_mask_BM is not None and kv_mask_BM.shape != k_BMHK.shape[:2]:
-        raise ValueError(
-            f"attend: kv_mask_BM shape {kv_mask_BM.shape} != [B, M] {k_BMHK.shape[:2]}"
-        )
+  if impl not in IMPLEMENTATIONS:
+    raise ValueError(f"attend: unknown impl={impl!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
+  if window is not None and (not isinstance(window, int) or window <= 0):
+    raise ValueError(f"attend: window must be a positive int or None, got window={window!r}")
+  if impl == "sliding_window" and window is None:
+    raise ValueError("attend: impl='sliding_window' needs window=<positive int>, got None")
+  if impl in _NO_WINDOW and window is not None:
+    raise ValueError(f"attend: impl={impl!r} does not take a window (got window={window})")
+  if not isinstance(block_size, int) or block_size <= 0:
+    raise ValueError(f"attend: block_size must be a positive int, got {block_size!r}")
+  if impl.startswith("linear") and temperature is not None:
+    raise ValueError(f"attend: impl={impl!r} has no temperature (got temperature={temperature})")
+  if temperature is not None and not (isinstance(temperature, int | float) and temperature > 0):
+    raise ValueError(f"attend: temperature must be a Python number > 0, got {temperature!r}")
+  if q_BLHK.ndim != 4 or k_BMHK.shape != v_BMHK.shape or k_BMHK.ndim != 4:
+    raise ValueError(
+      f"attend: want q [B, L, H, K] and k, v [B, M, H, K], got q {q_BLHK.shape}, "
+      f"k {k_BMHK.shape}, v {v_BMHK.shape}"
+    )
+  B, _, H, K = q_BLHK.shape
+  if (k_BMHK.shape[0], k_BMHK.shape[2], k_BMHK.shape[3]) != (B, H, K):
+    raise ValueError(f"attend: q {q_BLHK.shape} and k {k_BMHK.shape} differ in B, H or K")
+  if kv_mask_BM is not None and kv_mask_BM.shape != k_BMHK.shape[:2]:
+    raise ValueError(f"attend: kv_mask_BM shape {kv_mask_BM.shape} != [B, M] {k_BMHK.shape[:2]}")
 
 
 def attend(
+  q_BLHK,
+  k_BMHK,
+  v_BMHK,
+  *,
+  impl="dense",
+  causal=True,
+  temperature=None,
+  window=None,
+  block_size=128,
+  q_offset=0,
+  kv_mask_BM=None,
+):
+  """Attention of q_BLHK over k_BMHK, v_BMHK -> out_BLHK, computed by `impl`.
+
+  temperature: scores are q.k / temperature (default sqrt(K)). window: read only the last
+  `window` keys (a band of width 2 window - 1 when not causal). block_size: the block /
+  chunk length of blockwise, sliding_window, block_sparse and linear. q_offset: absolute
+  position of query 0 (int or traced int). kv_mask_BM: boolean, False marks an invalid key.
+
+  Jitted per static configuration (impl, causal, temperature, window, block_size and a
+  Python-int q_offset), so a call outside jit compiles once instead of dispatching op by
+  op; inside jit it is inlined.
+  """
+  _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mask_BM)
+  static = isinstance(q_offset, int)
+  return (_attend_static_offset if static else _attend_traced_offset)(
     q_BLHK,
     k_BMHK,
     v_BMHK,
-    *,
-    impl="dense",
-    causal=True,
-    temperature=None,
-    window=None,
-    block_size=128,
-    q_offset=0,
-    kv_mask_BM=None,
-):
-    """Attention of q_BLHK over k_BMHK, v_BMHK -> out_BLHK, computed by `impl`.
+    impl=impl,
+    causal=causal,
+    temperature=temperature,
+    window=window,
+    block_size=block_size,
+    q_offset=q_offset,
+    kv_mask_BM=kv_mask_BM,
+  )
 
-    temperature: scores are q.k / temperature (default sqrt(K)). window: read only the last
-    `window` keys (a band of width 2 window - 1 when not causal). block_size: the block /
-    chunk length of blockwise, sliding_window, block_sparse and linear. q_offset: absolute
-    position of query 0 (int or traced int). kv_mask_BM: boolean, False marks an invalid key.
-    """
-    _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mask_BM)
-    kw = dict(causal=causal, q_offset=q_offset, kv_mask_BM=kv_mask_BM)
-    if impl == "dense":
-        L, M = q_BLHK.shape[1], k_BMHK.shape[1]
-        mask_BLM = masks.attention_mask(L, M, window=window, **kw)
-        return dense_attention(q_BLHK, k_BMHK, v_BMHK, mask_BLM, temperature=temperature)
-    if impl == "dot_product":
-        return dot_product(
-            q_BLHK,
-            k_BMHK,
-            v_BMHK,
-            temperature=temperature,
-            window=window,
-            implementation=None,
-            **kw,
-        )
-    if impl == "blockwise":
-        return blockwise.blockwise_attention(
-            q_BLHK,
-            k_BMHK,
-            v_BMHK,
-            temperature=temperature,
-            window=window,
-            block_size=block_size,
-            **kw,
-        )
-    if impl == "sliding_window":
-        return local_attention.sliding_window_attention(
-            q_BLHK,
-            k_BMHK,
-            v_BMHK,
-            temperature=temperature,
-            window=window,
-            block_size=block_size,
-            **kw,
-        )
-    if impl == "block_sparse":
-        return local_attention.block_sparse_attention(
-            q_BLHK, k_BMHK, v_BMHK, temperature=temperature, block_size=block_size, **kw
-        )
-    recurrent = impl == "linear_recurrent"
-    return linear_attention.linear_attention(
-        q_BLHK, k_BMHK, v_BMHK, chunk=block_size, recurrent=recurrent, **kw
+
+def _attend(
+  q_BLHK, k_BMHK, v_BMHK, *, impl, causal, temperature, window, block_size, q_offset, kv_mask_BM
+):
+  kw = dict(causal=causal, q_offset=q_offset, kv_mask_BM=kv_mask_BM)
+  if impl == "dense":
+    L, M = q_BLHK.shape[1], k_BMHK.shape[1]
+    mask_BLM = masks.attention_mask(L, M, window=window, **kw)
+    return dense_attention(q_BLHK, k_BMHK, v_BMHK, mask_BLM, temperature=temperature)
+  if impl == "dot_product":
+    return dot_product(
+      q_BLHK,
+      k_BMHK,
+      v_BMHK,
+      temperature=temperature,
+      window=window,
+      implementation=None,
+      **kw,
     )
+  if impl == "blockwise":
+    return blockwise.blockwise_attention(
+      q_BLHK,
+      k_BMHK,
+      v_BMHK,
+      temperature=temperature,
+      window=window,
+      block_size=block_size,
+      **kw,
+    )
+  if impl == "sliding_window":
+    return local_attention.sliding_window_attention(
+      q_BLHK,
+      k_BMHK,
+      v_BMHK,
+      temperature=temperature,
+      window=window,
+      block_size=block_size,
+      **kw,
+    )
+  if impl == "block_sparse":
+    return local_attention.block_sparse_attention(
+      q_BLHK, k_BMHK, v_BMHK, temperature=temperature, block_size=block_size, **kw
+    )
+  recurrent = impl == "linear_recurrent"
+  return linear_attention.linear_attention(
+    q_BLHK, k_BMHK, v_BMHK, chunk=block_size, recurrent=recurrent, **kw
+  )
+
+
+_STATIC = ("impl", "causal", "temperature", "window", "block_size")
+_attend_traced_offset = jax.jit(_attend, static_argnames=_STATIC)
+_attend_static_offset = jax.jit(_attend, static_argnames=(*_STATIC, "q_offset"))

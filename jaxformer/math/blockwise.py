@@ -34,202 +34,202 @@ _F32 = jnp.float32
 
 
 def _to_blocks(x_BLHK, n, b):
-    """[B, L, H, K] -> [n, B, H, b, K], zero-padded to n * b positions."""
-    B, L, H, K = x_BLHK.shape
-    x_BLHK = jnp.pad(x_BLHK, ((0, 0), (0, n * b - L), (0, 0), (0, 0)))
-    return x_BLHK.reshape(B, n, b, H, K).transpose(1, 0, 3, 2, 4)
+  """[B, L, H, K] -> [n, B, H, b, K], zero-padded to n * b positions."""
+  B, L, H, K = x_BLHK.shape
+  x_BLHK = jnp.pad(x_BLHK, ((0, 0), (0, n * b - L), (0, 0), (0, 0)))
+  return x_BLHK.reshape(B, n, b, H, K).transpose(1, 0, 3, 2, 4)
 
 
 def _from_blocks(x_NBHbK, L):
-    n, B, H, b, K = x_NBHbK.shape
-    return x_NBHbK.transpose(1, 0, 3, 2, 4).reshape(B, n * b, H, K)[:, :L]
+  n, B, H, b, K = x_NBHbK.shape
+  return x_NBHbK.transpose(1, 0, 3, 2, 4).reshape(B, n * b, H, K)[:, :L]
 
 
 def _key_range(i, q_offset, cfg):
-    """Key blocks [lo, hi) that query block i can see."""
-    causal, window, bq, bk, nq, nk = cfg
-    first = q_offset + i * bq  # absolute position of the block's first query
-    last = first + bq - 1
-    lo, hi = 0, nk
-    if causal:
-        hi = jnp.clip(last // bk + 1, 0, nk)
-    if window is not None:
-        lo = jnp.clip((first - window + 1) // bk, 0, nk)
-        if not causal:
-            hi = jnp.clip((last + window - 1) // bk + 1, 0, nk)
-    return lo, jnp.maximum(lo, hi)
+  """Key blocks [lo, hi) that query block i can see."""
+  causal, window, bq, bk, nq, nk = cfg
+  first = q_offset + i * bq  # absolute position of the block's first query
+  last = first + bq - 1
+  lo, hi = 0, nk
+  if causal:
+    hi = jnp.clip(last // bk + 1, 0, nk)
+  if window is not None:
+    lo = jnp.clip((first - window + 1) // bk, 0, nk)
+    if not causal:
+      hi = jnp.clip((last + window - 1) // bk + 1, 0, nk)
+  return lo, jnp.maximum(lo, hi)
 
 
 def _query_range(j, q_offset, cfg):
-    """Query blocks [lo, hi) that can see key block j (the inverse of `_key_range`)."""
-    causal, window, bq, bk, nq, nk = cfg
-    lo, hi = 0, nq
-    if causal:
-        lo = jnp.clip((j * bk - q_offset) // bq, 0, nq)
-    if window is not None:
-        x = (j + 1) * bk + window - 1 - q_offset
-        hi = jnp.clip(-(-x // bq), 0, nq)
-        if not causal:
-            lo = jnp.clip((j * bk - q_offset - window + 1) // bq, 0, nq)
-    return lo, jnp.maximum(lo, hi)
+  """Query blocks [lo, hi) that can see key block j (the inverse of `_key_range`)."""
+  causal, window, bq, bk, nq, nk = cfg
+  lo, hi = 0, nq
+  if causal:
+    lo = jnp.clip((j * bk - q_offset) // bq, 0, nq)
+  if window is not None:
+    x = (j + 1) * bk + window - 1 - q_offset
+    hi = jnp.clip(-(-x // bq), 0, nq)
+    if not causal:
+      lo = jnp.clip((j * bk - q_offset - window + 1) // bq, 0, nq)
+  return lo, jnp.maximum(lo, hi)
 
 
 def _scores(q_BHLK, k_BHMK, i, j, kv_NBM, q_offset, cfg):
-    """Masked scores of block pair (i, j): [B, H, bq, bk] float32, -inf where masked."""
-    causal, window, bq, bk, _, _ = cfg
-    s_BHLM = jnp.einsum("BHLK,BHMK->BHLM", q_BHLK, k_BHMK, preferred_element_type=_F32)
-    if causal or window is not None:
-        q_pos_L = q_offset + i * bq + jnp.arange(bq)
-        k_pos_M = j * bk + jnp.arange(bk)
-        ok_LM = position_mask(q_pos_L, k_pos_M, causal=causal, window=window)
-        s_BHLM = jnp.where(ok_LM, s_BHLM, -jnp.inf)
-    if kv_NBM is not None:
-        s_BHLM = jnp.where(kv_NBM[j][:, None, None, :], s_BHLM, -jnp.inf)
-    return s_BHLM
+  """Masked scores of block pair (i, j): [B, H, bq, bk] float32, -inf where masked."""
+  causal, window, bq, bk, _, _ = cfg
+  s_BHLM = jnp.einsum("BHLK,BHMK->BHLM", q_BHLK, k_BHMK, preferred_element_type=_F32)
+  if causal or window is not None:
+    q_pos_L = q_offset + i * bq + jnp.arange(bq)
+    k_pos_M = j * bk + jnp.arange(bk)
+    ok_LM = position_mask(q_pos_L, k_pos_M, causal=causal, window=window)
+    s_BHLM = jnp.where(ok_LM, s_BHLM, -jnp.inf)
+  if kv_NBM is not None:
+    s_BHLM = jnp.where(kv_NBM[j][:, None, None, :], s_BHLM, -jnp.inf)
+  return s_BHLM
 
 
 def _forward(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg):
-    """Online softmax: outer map over query blocks, inner loop over visible key blocks."""
-    nq, B, H, bq, K = q_NBHLK.shape
+  """Online softmax: outer map over query blocks, inner loop over visible key blocks."""
+  nq, B, H, bq, K = q_NBHLK.shape
 
-    def query_block(i):
-        q_BHLK = q_NBHLK[i]
+  def query_block(i):
+    q_BHLK = q_NBHLK[i]
 
-        def key_block(j, carry):
-            m_BHL, l_BHL, acc_BHLK = carry
-            s_BHLM = _scores(q_BHLK, k_NBHMK[j], i, j, kv_NBM, q_offset, cfg)
-            m_new_BHL = jnp.maximum(m_BHL, s_BHLM.max(-1))
-            # a row that has seen only masked keys keeps m = -inf; shift by 0 to avoid inf - inf
-            shift_BHL = jnp.where(jnp.isfinite(m_new_BHL), m_new_BHL, 0.0)
-            p_BHLM = jnp.exp(s_BHLM - shift_BHL[..., None])
-            rescale_BHL = jnp.exp(m_BHL - shift_BHL)
-            l_BHL = l_BHL * rescale_BHL + p_BHLM.sum(-1)
-            pv_BHLK = jnp.einsum(
-                "BHLM,BHMK->BHLK",
-                p_BHLM.astype(v_NBHMK.dtype),
-                v_NBHMK[j],
-                preferred_element_type=_F32,
-            )
-            return m_new_BHL, l_BHL, acc_BHLK * rescale_BHL[..., None] + pv_BHLK
+    def key_block(j, carry):
+      m_BHL, l_BHL, acc_BHLK = carry
+      s_BHLM = _scores(q_BHLK, k_NBHMK[j], i, j, kv_NBM, q_offset, cfg)
+      m_new_BHL = jnp.maximum(m_BHL, s_BHLM.max(-1))
+      # a row that has seen only masked keys keeps m = -inf; shift by 0 to avoid inf - inf
+      shift_BHL = jnp.where(jnp.isfinite(m_new_BHL), m_new_BHL, 0.0)
+      p_BHLM = jnp.exp(s_BHLM - shift_BHL[..., None])
+      rescale_BHL = jnp.exp(m_BHL - shift_BHL)
+      l_BHL = l_BHL * rescale_BHL + p_BHLM.sum(-1)
+      pv_BHLK = jnp.einsum(
+        "BHLM,BHMK->BHLK",
+        p_BHLM.astype(v_NBHMK.dtype),
+        v_NBHMK[j],
+        preferred_element_type=_F32,
+      )
+      return m_new_BHL, l_BHL, acc_BHLK * rescale_BHL[..., None] + pv_BHLK
 
-        init = (
-            jnp.full((B, H, bq), -jnp.inf, _F32),
-            jnp.zeros((B, H, bq), _F32),
-            jnp.zeros((B, H, bq, K), _F32),
-        )
-        lo, hi = _key_range(i, q_offset, cfg)
-        m_BHL, l_BHL, acc_BHLK = lax.fori_loop(lo, hi, key_block, init)
-        seen_BHL = l_BHL > 0
-        out_BHLK = acc_BHLK / jnp.where(seen_BHL, l_BHL, 1.0)[..., None]
-        # +inf for a query that sees no key makes exp(s - lse) = 0 in the backward pass
-        lse_BHL = jnp.where(seen_BHL, m_BHL + jnp.log(jnp.where(seen_BHL, l_BHL, 1.0)), jnp.inf)
-        return out_BHLK.astype(q_NBHLK.dtype), lse_BHL
+    init = (
+      jnp.full((B, H, bq), -jnp.inf, _F32),
+      jnp.zeros((B, H, bq), _F32),
+      jnp.zeros((B, H, bq, K), _F32),
+    )
+    lo, hi = _key_range(i, q_offset, cfg)
+    m_BHL, l_BHL, acc_BHLK = lax.fori_loop(lo, hi, key_block, init)
+    seen_BHL = l_BHL > 0
+    out_BHLK = acc_BHLK / jnp.where(seen_BHL, l_BHL, 1.0)[..., None]
+    # +inf for a query that sees no key makes exp(s - lse) = 0 in the backward pass
+    lse_BHL = jnp.where(seen_BHL, m_BHL + jnp.log(jnp.where(seen_BHL, l_BHL, 1.0)), jnp.inf)
+    return out_BHLK.astype(q_NBHLK.dtype), lse_BHL
 
-    return lax.map(query_block, jnp.arange(nq))
+  return lax.map(query_block, jnp.arange(nq))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def _flash(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg):
-    return _forward(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg)[0]
+  return _forward(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg)[0]
 
 
 def _flash_fwd(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg):
-    out_NBHLK, lse_NBHL = _forward(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg)
-    return out_NBHLK, (q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, out_NBHLK, lse_NBHL)
+  out_NBHLK, lse_NBHL = _forward(q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, cfg)
+  return out_NBHLK, (q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, out_NBHLK, lse_NBHL)
 
 
 def _flash_bwd(cfg, residuals, do_NBHLK):
-    """Outer scan over key blocks (dk, dv finished per block), inner loop over the query
-    blocks that see it, accumulating dq in place."""
-    q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, out_NBHLK, lse_NBHL = residuals
-    D_NBHL = jnp.sum(do_NBHLK.astype(_F32) * out_NBHLK.astype(_F32), -1)
+  """Outer scan over key blocks (dk, dv finished per block), inner loop over the query
+  blocks that see it, accumulating dq in place."""
+  q_NBHLK, k_NBHMK, v_NBHMK, kv_NBM, q_offset, out_NBHLK, lse_NBHL = residuals
+  D_NBHL = jnp.sum(do_NBHLK.astype(_F32) * out_NBHLK.astype(_F32), -1)
 
-    def key_block(dq_NBHLK, j):
-        k_BHMK, v_BHMK = k_NBHMK[j], v_NBHMK[j]
+  def key_block(dq_NBHLK, j):
+    k_BHMK, v_BHMK = k_NBHMK[j], v_NBHMK[j]
 
-        def query_block(i, carry):
-            dk_BHMK, dv_BHMK, dq_NBHLK = carry
-            q_BHLK, do_BHLK = q_NBHLK[i], do_NBHLK[i]
-            s_BHLM = _scores(q_BHLK, k_BHMK, i, j, kv_NBM, q_offset, cfg)
-            p_BHLM = jnp.exp(s_BHLM - lse_NBHL[i][..., None])
-            dv_BHMK += jnp.einsum(
-                "BHLM,BHLK->BHMK",
-                p_BHLM.astype(do_BHLK.dtype),
-                do_BHLK,
-                preferred_element_type=_F32,
-            )
-            dp_BHLM = jnp.einsum("BHLK,BHMK->BHLM", do_BHLK, v_BHMK, preferred_element_type=_F32)
-            ds_BHLM = p_BHLM * (dp_BHLM - D_NBHL[i][..., None])
-            dq_BHLK = jnp.einsum(
-                "BHLM,BHMK->BHLK", ds_BHLM.astype(k_BHMK.dtype), k_BHMK, preferred_element_type=_F32
-            )
-            dq_NBHLK = dq_NBHLK.at[i].add(dq_BHLK)
-            dk_BHMK += jnp.einsum(
-                "BHLM,BHLK->BHMK", ds_BHLM.astype(q_BHLK.dtype), q_BHLK, preferred_element_type=_F32
-            )
-            return dk_BHMK, dv_BHMK, dq_NBHLK
+    def query_block(i, carry):
+      dk_BHMK, dv_BHMK, dq_NBHLK = carry
+      q_BHLK, do_BHLK = q_NBHLK[i], do_NBHLK[i]
+      s_BHLM = _scores(q_BHLK, k_BHMK, i, j, kv_NBM, q_offset, cfg)
+      p_BHLM = jnp.exp(s_BHLM - lse_NBHL[i][..., None])
+      dv_BHMK += jnp.einsum(
+        "BHLM,BHLK->BHMK",
+        p_BHLM.astype(do_BHLK.dtype),
+        do_BHLK,
+        preferred_element_type=_F32,
+      )
+      dp_BHLM = jnp.einsum("BHLK,BHMK->BHLM", do_BHLK, v_BHMK, preferred_element_type=_F32)
+      ds_BHLM = p_BHLM * (dp_BHLM - D_NBHL[i][..., None])
+      dq_BHLK = jnp.einsum(
+        "BHLM,BHMK->BHLK", ds_BHLM.astype(k_BHMK.dtype), k_BHMK, preferred_element_type=_F32
+      )
+      dq_NBHLK = dq_NBHLK.at[i].add(dq_BHLK)
+      dk_BHMK += jnp.einsum(
+        "BHLM,BHLK->BHMK", ds_BHLM.astype(q_BHLK.dtype), q_BHLK, preferred_element_type=_F32
+      )
+      return dk_BHMK, dv_BHMK, dq_NBHLK
 
-        zeros_BHMK = jnp.zeros(k_BHMK.shape, _F32)
-        lo, hi = _query_range(j, q_offset, cfg)
-        dk_BHMK, dv_BHMK, dq_NBHLK = lax.fori_loop(
-            lo, hi, query_block, (zeros_BHMK, zeros_BHMK, dq_NBHLK)
-        )
-        return dq_NBHLK, (dk_BHMK, dv_BHMK)
-
-    nk = k_NBHMK.shape[0]
-    dq_NBHLK, (dk_NBHMK, dv_NBHMK) = lax.scan(
-        key_block, jnp.zeros(q_NBHLK.shape, _F32), jnp.arange(nk)
+    zeros_BHMK = jnp.zeros(k_BHMK.shape, _F32)
+    lo, hi = _query_range(j, q_offset, cfg)
+    dk_BHMK, dv_BHMK, dq_NBHLK = lax.fori_loop(
+      lo, hi, query_block, (zeros_BHMK, zeros_BHMK, dq_NBHLK)
     )
-    return (
-        dq_NBHLK.astype(q_NBHLK.dtype),
-        dk_NBHMK.astype(k_NBHMK.dtype),
-        dv_NBHMK.astype(v_NBHMK.dtype),
-        None,
-        None,
-    )
+    return dq_NBHLK, (dk_BHMK, dv_BHMK)
+
+  nk = k_NBHMK.shape[0]
+  dq_NBHLK, (dk_NBHMK, dv_NBHMK) = lax.scan(
+    key_block, jnp.zeros(q_NBHLK.shape, _F32), jnp.arange(nk)
+  )
+  return (
+    dq_NBHLK.astype(q_NBHLK.dtype),
+    dk_NBHMK.astype(k_NBHMK.dtype),
+    dv_NBHMK.astype(v_NBHMK.dtype),
+    None,
+    None,
+  )
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def blockwise_attention(
-    q_BLHK,
-    k_BMHK,
-    v_BMHK,
-    *,
-    causal=True,
-    temperature=None,
-    window=None,
-    block_size=128,
-    q_offset=0,
-    kv_mask_BM=None,
+  q_BLHK,
+  k_BMHK,
+  v_BMHK,
+  *,
+  causal=True,
+  temperature=None,
+  window=None,
+  block_size=128,
+  q_offset=0,
+  kv_mask_BM=None,
 ):
-    """Exact softmax attention in O(L K + block^2) memory; equals `dense_attention`.
+  """Exact softmax attention in O(L K + block^2) memory; equals `dense_attention`.
 
-    Any L and M: queries and keys are zero-padded to whole blocks and padded keys masked.
-    `q_offset` may be a traced integer (decoding); `kv_mask_BM` marks valid keys.
-    """
-    B, L, H, K = q_BLHK.shape
-    M = k_BMHK.shape[1]
-    bq, bk = min(block_size, L), min(block_size, M)
-    nq, nk = -(-L // bq), -(-M // bk)
-    cfg = (causal, window, bq, bk, nq, nk)
-    tau = math.sqrt(K) if temperature is None else temperature
+  Any L and M: queries and keys are zero-padded to whole blocks and padded keys masked.
+  `q_offset` may be a traced integer (decoding); `kv_mask_BM` marks valid keys.
+  """
+  B, L, H, K = q_BLHK.shape
+  M = k_BMHK.shape[1]
+  bq, bk = min(block_size, L), min(block_size, M)
+  nq, nk = -(-L // bq), -(-M // bk)
+  cfg = (causal, window, bq, bk, nq, nk)
+  tau = math.sqrt(K) if temperature is None else temperature
 
-    kv_NBM = None
-    if kv_mask_BM is not None or nk * bk != M:
-        valid_BM = jnp.ones((B, M), bool) if kv_mask_BM is None else kv_mask_BM.astype(bool)
-        valid_BM = jnp.pad(valid_BM, ((0, 0), (0, nk * bk - M)))
-        kv_NBM = valid_BM.reshape(B, nk, bk).transpose(1, 0, 2)
+  kv_NBM = None
+  if kv_mask_BM is not None or nk * bk != M:
+    valid_BM = jnp.ones((B, M), bool) if kv_mask_BM is None else kv_mask_BM.astype(bool)
+    valid_BM = jnp.pad(valid_BM, ((0, 0), (0, nk * bk - M)))
+    kv_NBM = valid_BM.reshape(B, nk, bk).transpose(1, 0, 2)
 
-    # scaling q once is O(L K); scaling the scores would be O(L M)
-    q_BLHK = (q_BLHK.astype(_F32) / tau).astype(q_BLHK.dtype)
-    out_NBHLK = _flash(
-        _to_blocks(q_BLHK, nq, bq),
-        _to_blocks(k_BMHK, nk, bk),
-        _to_blocks(v_BMHK, nk, bk),
-        kv_NBM,
-        jnp.asarray(q_offset, jnp.int32),
-        cfg,
-    )
-    return _from_blocks(out_NBHLK, L)
+  # scaling q once is O(L K); scaling the scores would be O(L M)
+  q_BLHK = (q_BLHK.astype(_F32) / tau).astype(q_BLHK.dtype)
+  out_NBHLK = _flash(
+    _to_blocks(q_BLHK, nq, bq),
+    _to_blocks(k_BMHK, nk, bk),
+    _to_blocks(v_BMHK, nk, bk),
+    kv_NBM,
+    jnp.asarray(q_offset, jnp.int32),
+    cfg,
+  )
+  return _from_blocks(out_NBHLK, L)

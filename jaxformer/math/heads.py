@@ -9,6 +9,8 @@ two matrices apart is what lets the cache hold r-dim values instead of D-dim one
 
 import jax.numpy as jnp
 
+from jaxformer.math.contract import contract
+
 HEAD_COMBINES = ("sum", "concat")
 
 
@@ -17,7 +19,7 @@ def combine_sum(o_BLHK):
 
 
 def combine_concat(o_BLHK, wo_HKD):
-  return jnp.einsum("BLHK,HKD->BLD", o_BLHK, wo_HKD)
+  return contract("BLHK,HKD->BLD", o_BLHK, wo_HKD)
 
 
 def combine_entries(o_BLHK, width):

@@ -6,15 +6,20 @@ The output layer is untied by default: tied embeddings stalled recall training i
 jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
 `decode=True` continues from the 'cache' collection (jaxformer.decode): positions start
 at the number of tokens already seen, and every layer reads and extends its own cache.
+Token ids outside [0, vocab_size) are an error when the ids are concrete; under jit they
+embed as NaN (never as some other token's row), so a training step sees a non-finite loss.
 """
 
 from collections.abc import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxformer.math import layers as layers_math
+from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import LayerNorm, param
 
@@ -33,7 +38,7 @@ class LanguageModel(nn.Module):
 
   @nn.compact
   def __call__(self, tokens_BL, decode=False):
-    length = tokens_BL.shape[1]
+    length = _check_tokens(tokens_BL, self.vocab_size)
     if length > self.max_len:
       raise ValueError(f"sequence length {length} > max_len={self.max_len}")
     start = self._decode_start(length) if decode else 0
@@ -44,7 +49,11 @@ class LanguageModel(nn.Module):
       (axes.VOCAB, axes.EMBED),
       nn.initializers.normal(stddev=0.02),
     )
-    x_BLD = jnp.take(embed_VD, tokens_BL, axis=0).astype(self.dtype)
+    # jnp.take wraps negative ids (-1 is the last row); map them past the table so that
+    # every id outside [0, V) reads the NaN fill.
+    ids_BL = jnp.where(tokens_BL < 0, self.vocab_size, tokens_BL)
+    x_BLD = jnp.take(embed_VD, ids_BL, axis=0, mode="fill", fill_value=jnp.nan)
+    x_BLD = x_BLD.astype(self.dtype)
     if self.positions == "learned":
       pos_LD = param(
         self,
@@ -65,10 +74,10 @@ class LanguageModel(nn.Module):
     if self.final_norm:
       x_BLD = LayerNorm(name="final_norm")(x_BLD)
     if self.tie_embeddings:
-      logits_BLV = jnp.einsum("BLD,VD->BLV", x_BLD, embed_VD.astype(self.dtype))
+      logits_BLV = contract("BLD,VD->BLV", x_BLD, embed_VD.astype(self.dtype))
     else:
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
-      logits_BLV = jnp.einsum("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
+      logits_BLV = contract("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
     return logits_BLV.astype(jnp.float32)
 
   def _decode_start(self, length):
@@ -84,3 +93,20 @@ def _rows(table_LD, start, length, decode):
   if not decode:
     return table_LD[:length]
   return lax.dynamic_slice_in_dim(table_LD, start, length, axis=0)
+
+
+def _check_tokens(tokens_BL, vocab_size):
+  """Returns L; raises ValueError for ids that are not int [B, L] or, when concrete (not
+  traced), lie outside [0, vocab_size): the gather would read the wrong row silently."""
+  if tokens_BL.ndim != 2 or not jnp.issubdtype(tokens_BL.dtype, jnp.integer):
+    raise ValueError(
+      f"tokens: expected integer ids of shape [B, L], got {tokens_BL.dtype} {tokens_BL.shape}"
+    )
+  concrete = not isinstance(tokens_BL, jax.core.Tracer)
+  if concrete and tokens_BL.size and getattr(tokens_BL, "is_fully_addressable", True):
+    ids_BL = np.asarray(tokens_BL)  # on the host: jnp ops would be staged inside a jit trace
+    lo, hi = int(ids_BL.min()), int(ids_BL.max())
+    if lo < 0 or hi >= vocab_size:
+      bad = lo if lo < 0 else hi
+      raise ValueError(f"tokens: id {bad} is outside [0, vocab_size={vocab_size})")
+  return tokens_BL.shape[1]

@@ -13,9 +13,9 @@ x 2 bytes = 10 GB for bilinear; at r = 200, 2 GB.
 """
 
 import flax.linen as nn
-import jax.numpy as jnp
 
 from jaxformer.math import interaction
+from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import param
 
@@ -112,5 +112,5 @@ class LowRank(nn.Module):
 
 
 def _project(x_BLD, w_DHK, b_HK=None):
-  y_BLHK = jnp.einsum("BLD,DHK->BLHK", x_BLD, w_DHK.astype(x_BLD.dtype))
+  y_BLHK = contract("BLD,DHK->BLHK", x_BLD, w_DHK.astype(x_BLD.dtype))
   return y_BLHK if b_HK is None else y_BLHK + b_HK.astype(x_BLD.dtype)

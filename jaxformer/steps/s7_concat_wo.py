@@ -8,9 +8,9 @@ With r = D and every Wo_j = I this is exactly the summed form of step 4.
 """
 
 import flax.linen as nn
-import jax.numpy as jnp
 
 from jaxformer.math import heads
+from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import param
 
@@ -35,7 +35,7 @@ class ConcatWo(nn.Module):
       self.bo_D = param(self, "bo", (self.width,), (axes.EMBED,))
 
   def values(self, x_BMD):
-    v_BMHK = jnp.einsum("BMD,DHK->BMHK", x_BMD, self.wv_DHK.astype(x_BMD.dtype))
+    v_BMHK = contract("BMD,DHK->BMHK", x_BMD, self.wv_DHK.astype(x_BMD.dtype))
     return v_BMHK + self.bv_HK.astype(x_BMD.dtype) if self.use_bias else v_BMHK
 
   def combine(self, o_BLHK):

@@ -11,6 +11,7 @@ with a norm in between (jaxformer.nn.block) breaks that, giving the Transformer 
 import flax.linen as nn
 
 from jaxformer.math import mlp as mlp_math
+from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import param
 
@@ -30,14 +31,14 @@ class MlpKV(nn.Module):
       )
     w1 = param(self, "w1", (width, self.d_ff), (axes.EMBED, axes.MLP)).astype(x_BLD.dtype)
     b1 = self._bias("b1", self.d_ff, axes.MLP, x_BLD.dtype)
-    pre_BLF = x_BLD @ w1 + b1
+    pre_BLF = contract("BLD,DF->BLF", x_BLD, w1) + b1
     self.sow("intermediates", "mlp_pre", pre_BLF)
     post_BLF = mlp_math.ACTIVATIONS[self.activation](pre_BLF)
     self.sow("intermediates", "mlp_post", post_BLF)
     if not self.w2:
       return post_BLF
     w2 = param(self, "w2", (self.d_ff, width), (axes.MLP, axes.EMBED)).astype(x_BLD.dtype)
-    return post_BLF @ w2 + self._bias("b2", width, axes.EMBED, x_BLD.dtype)
+    return contract("BLF,FD->BLD", post_BLF, w2) + self._bias("b2", width, axes.EMBED, x_BLD.dtype)
 
   def _bias(self, name, size, axis, dtype):
     return param(self, name, (size,), (axis,)).astype(dtype) if self.use_bias else 0.0

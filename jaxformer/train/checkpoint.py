@@ -15,7 +15,10 @@ On-disk layout per step (Orbax composite): `<step>/state` (the pytree, OCDBT) an
 
 import json
 import logging
+import os
+import sys
 import time
+import traceback
 from typing import Any
 
 import jax
@@ -188,6 +191,40 @@ def _checked_leaf(path, leaf):
     f"{where} is a {type(leaf).__name__}; only arrays and scalars can be checkpointed"
     " (put other values in extra)"
   )
+
+
+_SILENCED = False
+
+
+def _silence_orbax_leftovers() -> None:
+  """Keeps a failed restore to its one-line report.
+
+  A restore that fails inside Orbax (a truncated or missing file) leaves TensorStore reads in
+  flight: when they finish, their callbacks find Orbax's event loop closed, and coroutines that
+  raised are never awaited. Python prints each as a traceback, at some later moment, after the
+  warning that already names the cause. From the first failed restore on, exactly those two
+  leftovers are dropped; every other unraisable exception still reaches the previous hook.
+  """
+  global _SILENCED
+  if _SILENCED:
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _is_orbax_leftover(unraisable):
+      previous(unraisable)
+
+  sys.unraisablehook = hook
+  _SILENCED = True
+
+
+def _is_orbax_leftover(unraisable) -> bool:
+  exc = unraisable.exc_value
+  if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(f.name == "call_soon_threadsafe" for f in frames)
+  code = getattr(unraisable.object, "cr_code", None)  # a coroutine that was never awaited
+  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
 class _BadStep(Exception):
@@ -396,12 +433,25 @@ class Checkpointer:
         + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else "")
         + ". Use another workdir or the matching config."
       )
-    saved = {k: {"shape": v["shape"], "dtype": v["dtype"]} for k, v in meta["manifest"].items()}
-    diffs = _diff({"state": saved}, {"state": wanted})
-    if diffs:
+    saved = {k: (v["shape"], v["dtype"]) for k, v in meta["manifest"].items()}
+    now = {k: (v["shape"], v["dtype"]) for k, v in wanted.items()}
+    changed = sorted(k for k in set(saved) & set(now) if saved[k] != now[k])
+    missing, extra = sorted(set(now) - set(saved)), sorted(set(saved) - set(now))
+    parts = []
+    if changed:
+      (s_shape, s_dtype), (n_shape, n_dtype) = saved[changed[0]], now[changed[0]]
+      parts.append(
+        f"state{changed[0]}: checkpoint {s_shape} {s_dtype} vs now {n_shape} {n_dtype}"
+        + (f" (+{len(changed) - 1} more leaves)" if len(changed) > 1 else "")
+      )
+    for keys, where in ((missing, "not in the checkpoint"), (extra, "only in the checkpoint")):
+      if keys:
+        parts.append(f"{len(keys)} leaves {where}, e.g. state{keys[0]}")
+    if parts:
       raise CheckpointError(
-        f"{self.directory} holds a checkpoint (step {step}) whose state does not match the model: "
-        f"{'; '.join(diffs[:8])}" + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else "")
+        f"{self.directory} holds a checkpoint (step {step}) whose state does not match this "
+        f"config: {'; '.join(parts)}. Use another workdir or the config that wrote it "
+        "(model and optimizer fields)."
       )
 
   def _restore_state(self, step: int, target):
@@ -411,6 +461,7 @@ class Checkpointer:
       )
       return restored["state"]
     except Exception as e:
+      _silence_orbax_leftovers()
       step_dir = self.directory / str(step) / "state"
       missing = [n for n in ("_METADATA", "manifest.ocdbt") if not (step_dir / n).exists()]
       if missing:
@@ -438,7 +489,7 @@ class Checkpointer:
         dest = dest_root / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
           src.rename(dest)
-          log.warning("moved unusable checkpoint step %d to %s", step, dest)
+          log.info("moved unusable checkpoint step %d to %s", step, dest)  # reported already
         except OSError as e:
           log.warning("could not move unusable checkpoint step %d aside: %s", step, _cause(e))
     if jax.process_count() > 1:

@@ -5,8 +5,8 @@ With a workdir it checkpoints (async, every `checkpoint_every` steps and at the 
 from the latest good checkpoint (state, rng and the data iterator's position), writes
 metrics.jsonl and TensorBoard events, and on SIGTERM finishes the current step, saves and
 returns. With `workdir=None` it writes nothing: experiments call it many times on small
-models, so the jitted programs are cached by (rung, model, optimizer, mesh, shapes) and a
-second call with the same shapes does not compile again.
+models, and the jitted programs (jaxformer.train.program) are cached, so a second call with
+the same shapes does not compile again.
 
 Metrics are fetched one step late (the host reads step t's numbers after dispatching step
 t + 1), so the device never waits for the host; a non-finite step leaves the state
@@ -14,21 +14,21 @@ unchanged (see step.py), so being told one step late loses nothing.
 """
 
 import contextlib
-import dataclasses
 import math
 import os
 import signal
 import threading
 import time
 
-import flax.linen as nn
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxformer import data, ladder
+from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
-from jaxformer.train import optimizer, sharding, step
+from jaxformer.train import program as program_lib
+from jaxformer.train import sharding
 from jaxformer.train.checkpoint import Checkpointer
 
 CHECKPOINT_DIR = "checkpoints"
@@ -36,104 +36,6 @@ CHECKPOINT_DIR = "checkpoints"
 
 class NonFiniteError(RuntimeError):
   """Training produced a non-finite loss or gradient; the message names the step."""
-
-
-def check_config(config):
-  """Raises ConfigError naming the first training field that cannot work (model included)."""
-  c = config
-  ladder.validate(c.rung, c.model)
-  optimizer.validate(c)
-  for field in ("batch_size", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every"):
-    if not isinstance(c[field], int) or isinstance(c[field], bool) or c[field] <= 0:
-      raise ladder.ConfigError(f"{field}={c[field]!r}: must be a positive integer")
-  if c.eval_batches is not None and c.eval_batches <= 0:
-    raise ladder.ConfigError(f"eval_batches={c.eval_batches!r}: must be positive or None")
-  if c.early_stop_accuracy is not None and not 0 < c.early_stop_accuracy <= 1:
-    raise ladder.ConfigError(f"early_stop_accuracy={c.early_stop_accuracy!r}: must be in (0, 1]")
-  if c.peak_flops_per_device is not None and not c.peak_flops_per_device > 0:
-    raise ladder.ConfigError(f"peak_flops_per_device={c.peak_flops_per_device!r}: must be > 0")
-  if not isinstance(c.seed, int) or not 0 <= c.seed < 2**32:
-    raise ladder.ConfigError(f"seed={c.seed!r}: must be an integer in [0, 2**32)")
-  data.parse_spec(c.task)  # DataError naming the task field
-
-
-def check_task_fits(config, dataset):
-  """The task's sequences and token ids must fit the model's tables."""
-  if dataset.seq_len > config.model.max_len:
-    raise ladder.ConfigError(
-      f"task seq_len={dataset.seq_len} > model.max_len={config.model.max_len}: "
-      "raise model.max_len or shorten the task"
-    )
-  if dataset.vocab_size > config.model.vocab_size:
-    raise ladder.ConfigError(
-      f"task vocab_size={dataset.vocab_size} > model.vocab_size={config.model.vocab_size}: "
-      "token ids would index past the embedding"
-    )
-
-
-def fingerprint(config):
-  """What a checkpoint must match to be resumed: the rung, its model config and the task."""
-  return {"rung": config.rung, "model": config.model.to_dict(), "task": config.task}
-
-
-@dataclasses.dataclass(frozen=True)
-class Program:
-  """Everything compiled for one (rung, model, optimizer, mesh, batch shape)."""
-
-  model: object
-  abstract_state: object  # ShapeDtypeStructs carrying the state's shardings
-  init: object  # rng key -> state, created sharded
-  train_step: object  # (state, batch) -> (state, metrics), state donated
-  eval_step: object  # (params, batch) -> sums
-  batch_sharding: object
-
-
-_PROGRAMS = {}
-_MAX_PROGRAMS = 8
-
-
-def build_program(config, mesh, batch_shape):
-  """The jitted init / train / eval for this config, reused across calls with equal keys."""
-  opt_fields = (
-    "learning_rate",
-    "end_learning_rate_factor",
-    "warmup_steps",
-    "total_steps",
-    "weight_decay",
-    "adam_b1",
-    "adam_b2",
-    "grad_clip_norm",
-    "grad_accum_steps",
-  )
-  key = (
-    config.rung,
-    config.model.to_json(sort_keys=True),
-    tuple(config[f] for f in opt_fields),
-    mesh,
-    batch_shape,
-  )
-  if key in _PROGRAMS:
-    return _PROGRAMS[key]
-  model = ladder.build(config.rung, config.model)
-  tx = optimizer.make(config)
-  init_boxed = lambda rng: step.init_state(model, tx, rng, batch_shape)  # noqa: E731
-  boxed = jax.eval_shape(init_boxed, jax.random.key(0))
-  shardings = sharding.logical_shardings(boxed, mesh)
-  abstract = sharding.with_shardings(sharding.strip_boxes(boxed), shardings)
-  sharding.check_divisible(abstract, shardings)
-  batch_sharding = sharding.batch_sharding(mesh)
-  program = Program(
-    model=model,
-    abstract_state=abstract,
-    init=jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=shardings),
-    train_step=step.jit_train_step(model, tx, shardings, batch_sharding),
-    eval_step=step.jit_eval_step(model, shardings["params"], batch_sharding),
-    batch_sharding=batch_sharding,
-  )
-  if len(_PROGRAMS) >= _MAX_PROGRAMS:
-    _PROGRAMS.pop(next(iter(_PROGRAMS)))
-  _PROGRAMS[key] = program
-  return program
 
 
 def train(config, workdir=None):
@@ -145,7 +47,8 @@ def train(config, workdir=None):
   the trained params. Raises ConfigError / DataError / MeshError / CheckpointError for a
   config that cannot run, NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
-  check_config(config)
+  program_lib.check_config(config)
+  faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
   # --- mesh -------------------------------------------------------------------------------
@@ -160,14 +63,14 @@ def train(config, workdir=None):
 
   # --- data -------------------------------------------------------------------------------
   train_ds, test_ds = _datasets(config.task, config.data_dir)
-  check_task_fits(config, train_ds)
+  program_lib.check_task_fits(config, train_ds)
   loader = data.Loader(train_ds, config.batch_size, seed=config.seed)
   seq_len = train_ds.seq_len
   tokens_per_step = config.batch_size * seq_len
 
   with sharding.active(mesh):
     # --- model ------------------------------------------------------------------------------
-    program = build_program(config, mesh, (config.batch_size, seq_len))
+    program = program_lib.build(config, mesh, (config.batch_size, seq_len))
 
     # --- restore / state --------------------------------------------------------------------
     ckpt, restored = None, None
@@ -175,7 +78,7 @@ def train(config, workdir=None):
       ckpt = Checkpointer(
         os.path.join(workdir, CHECKPOINT_DIR),
         max_to_keep=config.keep_checkpoints,
-        fingerprint=fingerprint(config),
+        fingerprint=program_lib.fingerprint(config),
       )
       restored = ckpt.restore_latest(program.abstract_state)
     if restored is None:
@@ -200,6 +103,7 @@ def train(config, workdir=None):
       f"{config.rung} on {config.task}: {sharding.describe(mesh)}, "
       f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
     )
+    faults.kill("init", first_step)
 
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
@@ -216,6 +120,8 @@ def train(config, workdir=None):
       losses.append(m["loss"])
       if not m.pop("finite"):
         if not config.skip_nonfinite:
+          if ckpt is not None:
+            ckpt.wait()  # a save still being written counts once it is durable
           last = ckpt.latest_step() if ckpt else None
           raise NonFiniteError(
             f"non-finite loss or gradient at step {done_step} (loss={m['loss']}, "
@@ -242,9 +148,11 @@ def train(config, workdir=None):
     try:
       with _preemption_watch(enabled=workdir is not None) as preempted:
         while s < config.total_steps:
-          batch = data.to_global(next(loader), program.batch_sharding)
+          local = faults.poison(next(loader), s + 1, config.model.vocab_size)
+          batch = data.to_global(local, program.batch_sharding)
           state, device_metrics = program.train_step(state, batch)
           s += 1
+          faults.kill("step", s)
           if pending is not None:
             record(*pending)
           pending = (s, device_metrics)
@@ -261,6 +169,7 @@ def train(config, workdir=None):
           # --- eval ---------------------------------------------------------------------------
           if due_eval:
             result = _evaluate(program, state["params"], test_ds, config)
+            faults.kill("eval", s)
             evals.append((s, result["eval_loss"], result["eval_accuracy"]))
             writer.write(s, result)
             progress.message(
@@ -274,6 +183,8 @@ def train(config, workdir=None):
           # --- save ---------------------------------------------------------------------------
           if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
             _save(ckpt, s, state, loader, skipped)
+            faults.kill("save", s)
+            faults.kill("saved", s, before=ckpt.wait)
           clock["paused"] += time.perf_counter() - paused_at
           if stop_now:
             stop_reason = "preempted"

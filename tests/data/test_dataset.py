@@ -85,3 +85,10 @@ def test_two_processes_preparing_one_spec_at_once(tmp_path):
   assert [p.returncode for p in procs] == [0, 0]
   assert outs[0] == outs[1] and outs[0].split()[0] == b"3000"
   assert len(os.listdir(tmp_path)) == 1  # one published directory, no temporary left
+
+
+def test_unwritable_data_dir_is_named(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(DataError, match=f"^data_dir={blocker / 'sub'}: cannot write prepared data"):
+    get_dataset(SPECS[0], "train", data_dir=str(blocker / "sub"))

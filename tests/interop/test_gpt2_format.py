@@ -7,11 +7,11 @@ import sys
 import jax
 import numpy as np
 import pytest
-from gpt2_reference import logits as reference_logits
-from gpt2_reference import random_state
 
 from jaxformer import ladder
 from jaxformer.interop import gpt2
+from tests.interop.gpt2_reference import logits as reference_logits
+from tests.interop.gpt2_reference import random_state
 
 SHAPES = [  # (layers, width, heads, vocab, positions, mlp)
   (1, 32, 2, 50, 16, None),

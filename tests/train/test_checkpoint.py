@@ -1,9 +1,11 @@
 """Checkpointer: bitwise round trips across meshes, checksums, and falling back past damage."""
 
+import asyncio
 import json
 import logging
 import os
 import shutil
+import types
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxformer.train import checkpoint
 from jaxformer.train.checkpoint import Checkpointer, CheckpointError, checksums
 
 AXES = ("data", "fsdp", "tensor")
@@ -416,3 +419,29 @@ def test_two_processes_share_checksums_and_fallback(tmp_path):
       2,
     )
   assert [p.name.split("-")[0] for p in (tmp_path / "ckpt" / "corrupt").iterdir()] == ["2"]
+
+
+def test_only_orbax_leftovers_of_a_failed_restore_are_silenced():
+  """The two tracebacks a failed restore leaves behind are dropped; others are not."""
+
+  def unraisable(exc, obj=None):
+    return types.SimpleNamespace(exc_value=exc, object=obj, exc_type=type(exc))
+
+  def call_soon_threadsafe():  # the frame asyncio raises "Event loop is closed" from
+    raise RuntimeError("Event loop is closed")
+
+  try:
+    call_soon_threadsafe()
+  except RuntimeError as e:
+    closed = e
+  namespace = {}
+  exec(compile("async def read(): pass", f"{os.sep}x{os.sep}orbax{os.sep}s.py", "exec"), namespace)
+  orbax_coroutine, own_coroutine = namespace["read"](), asyncio.sleep(0)
+  try:
+    assert checkpoint._is_orbax_leftover(unraisable(closed))
+    assert checkpoint._is_orbax_leftover(unraisable(ValueError("x"), orbax_coroutine))
+    assert not checkpoint._is_orbax_leftover(unraisable(RuntimeError("Event loop is closed")))
+    assert not checkpoint._is_orbax_leftover(unraisable(ValueError("x"), own_coroutine))
+  finally:
+    orbax_coroutine.close()
+    own_coroutine.close()

@@ -8,7 +8,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from train_helpers import REPO, env, main_command, run
+
+from tests.train.train_helpers import REPO, env, main_command, run
 
 ARGS = ("--config.total_steps=4", "--config.eval_every=4", "--config.checkpoint_every=2")
 
@@ -56,7 +57,7 @@ def test_two_processes_match_one_process(data_dir, tmp_path):
   outputs = []
   try:
     for w in workers:
-      outputs.append(w.communicate(timeout=240))
+      outputs.append(w.communicate(timeout=300))
   finally:
     for w in workers:
       if w.poll() is None:

@@ -5,9 +5,10 @@ import json
 import chex
 import numpy as np
 import pytest
-from train_helpers import tiny_config
 
 from jaxformer.train import checkpoint, loop, step
+from jaxformer.train import program as program_lib
+from tests.train.train_helpers import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def _exploding(data_dir, **fields):
 
 
 def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monkeypatch):
-  loop._PROGRAMS.clear()  # a fresh program, traced through the counting wrapper
+  program_lib._PROGRAMS.clear()  # a fresh program, traced through the counting wrapper
   monkeypatch.setattr(step, "train_step", chex.assert_max_traces(step.train_step, n=1))
   config = _config(data_dir, eval_every=4)
   summary = loop.train(config, None)
@@ -44,7 +45,7 @@ def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monke
   # and, from the same seed, repeats the run exactly.
   again = loop.train(config, None)
   assert again["losses"] == summary["losses"]
-  assert len(loop._PROGRAMS) == 1
+  assert len(program_lib._PROGRAMS) == 1
 
 
 def test_early_stop_at_first_eval_reaching_accuracy(data_dir):

@@ -4,10 +4,10 @@ import json
 import os
 
 import pytest
-from train_helpers import main_command, run, tiny_config
 
 from jaxformer import ladder
 from jaxformer.train import loop
+from tests.train.train_helpers import main_command, run, tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from train_helpers import tiny_config
 
 from jaxformer import ladder
 from jaxformer.train import optimizer
+from tests.train.train_helpers import tiny_config
 
 
 def test_schedule_warms_up_then_cosine_decays_to_end_factor():

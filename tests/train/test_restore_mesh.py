@@ -7,9 +7,10 @@ import chex
 import jax
 import numpy as np
 import pytest
-from train_helpers import tiny_config
 
 from jaxformer.train import checkpoint, loop, sharding
+from jaxformer.train import program as program_lib
+from tests.train.train_helpers import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def test_restore_onto_a_different_mesh(data_dir, tmp_path):
   # Restoring onto (4, 1, 2) gives the saved values with the new mesh's shardings.
   mesh = sharding.make_mesh((4, 1, 2))
   with sharding.active(mesh):
-    program = loop.build_program(base, mesh, (16, 16))
+    program = program_lib.build(base, mesh, (16, 16))
   ckpt = checkpoint.Checkpointer(tmp_path / "a" / "checkpoints")
   restored_step, state, extra = ckpt.restore_latest(program.abstract_state)
   ckpt.close()

@@ -5,9 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from train_helpers import tiny_config
 
-from jaxformer.train import loop, sharding, step
+from jaxformer.train import program as program_lib
+from jaxformer.train import sharding, step
+from tests.train.train_helpers import tiny_config
 
 
 def _batch(rng, batch=16, length=16, vocab=32):
@@ -34,7 +35,7 @@ def test_masked_sums_match_numpy():
 def _run_steps(config, mesh_shape, batches):
   mesh = sharding.make_mesh(mesh_shape, jax.devices()[: int(np.prod(mesh_shape))])
   with sharding.active(mesh):
-    program = loop.build_program(config, mesh, batches[0]["inputs"].shape)
+    program = program_lib.build(config, mesh, batches[0]["inputs"].shape)
     state = program.init(jax.random.key(config.seed))
     out = []
     for b in batches:
@@ -68,7 +69,7 @@ def test_nonfinite_step_leaves_state_unchanged():
   mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
   batch = _batch(np.random.default_rng(2))
   with sharding.active(mesh):
-    program = loop.build_program(config, mesh, batch["inputs"].shape)
+    program = program_lib.build(config, mesh, batch["inputs"].shape)
     state = program.init(jax.random.key(0))
     params = dict(state["params"])
     params["unembed"] = params["unembed"].at[0, 0].set(jnp.nan)
@@ -89,7 +90,7 @@ def test_eval_step_sums_only_masked_positions(mask_value):
   batch = _batch(np.random.default_rng(3))
   batch["mask"][:] = mask_value
   with sharding.active(mesh):
-    program = loop.build_program(config, mesh, batch["inputs"].shape)
+    program = program_lib.build(config, mesh, batch["inputs"].shape)
     state = program.init(jax.random.key(0))
     sums = program.eval_step(state["params"], jax.device_put(batch, program.batch_sharding))
   assert float(sums["weight_sum"]) == mask_value * batch["mask"].size

@@ -1,0 +1,61 @@
+"""`contract(spec, x, w)`: an einsum of an activation with a weight, whose weight gradient
+is computed as x^T g (activation first) instead of JAX's g^T x.
+
+Why (measured, jax 0.10 on a 2-core AVX-512 CPU, gpt_small train step): JAX differentiates a
+dot_general with the cotangent g as the left operand of the weight-gradient product. XLA:CPU
+hands dots to YNNPACK in the canonical layout (contracted dimension last on the left), so it
+transposes g. In a residual network g is a chain of elementwise adds through every later
+block's LayerNorm backward, and XLA fuses that whole chain into each transpose, recomputing
+it: O(layers^2) elementwise work, 24% of the step. With x first, the transpose falls on the
+activation, which is in memory already; the step's copies/transposes fell from 24% to 4%.
+
+Same values as jnp.einsum (forward identical; gradients equal up to summation order).
+Reverse mode only: `jax.custom_vjp` functions do not support jvp / jacfwd.
+spec: 'x,w->out' in the dimension key, every letter of w in x or out, every letter of x in
+w or out (plain contractions and batch dims; no '...', no letter repeated in one operand).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+def parse(spec):
+  """'BLD,DHK->BLHK' -> ('BLD', 'DHK', 'BLHK'); ValueError naming what is unsupported."""
+  inputs, arrow, out = spec.replace(" ", "").partition("->")
+  xs, comma, ws = inputs.partition(",")
+  if not arrow or not comma or "," in ws or "." in spec:
+    raise ValueError(f"contract: spec {spec!r} must read 'x,w->out' without '...'")
+  for name, letters in (("x", xs), ("w", ws), ("out", out)):
+    if len(set(letters)) != len(letters):
+      raise ValueError(f"contract: spec {spec!r} repeats a letter in {name}")
+  if set(ws) - set(xs) - set(out) or set(xs) - set(ws) - set(out):
+    raise ValueError(f"contract: spec {spec!r} sums a letter of one operand alone")
+  return xs, ws, out
+
+
+def contract(spec, x, w):
+  """jnp.einsum(spec, x, w) with the weight gradient x^T g (see the module docstring)."""
+  parse(spec)
+  return _contract(spec, x, w)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _contract(spec, x, w):
+  return jnp.einsum(spec, x, w)
+
+
+def _forward(spec, x, w):
+  return jnp.einsum(spec, x, w), (x, w)
+
+
+def _backward(spec, residuals, g):
+  x, w = residuals
+  xs, ws, out = parse(spec)
+  dw = jnp.einsum(f"{xs},{out}->{ws}", x, g.astype(x.dtype))  # activation first: see above
+  dx = jnp.einsum(f"{out},{ws}->{xs}", g, w.astype(g.dtype))
+  return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_contract.defvjp(_forward, _backward)

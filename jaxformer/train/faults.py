@@ -1,0 +1,65 @@
+"""Fault injection for the reliability tests: inert unless JAXFORMER_FAULT_AT is set.
+
+  JAXFORMER_FAULT_AT=save:6        SIGKILL the process right after step 6's save was dispatched
+  JAXFORMER_FAULT_AT=nan:3,eval:4  poison step 3's batch; SIGKILL after the eval at step 4
+
+A crash test must hit precise moments (during an async write, during eval, ...) that a timer
+outside the process cannot find reliably, so the loop names them and this module acts on the
+ones the variable lists. Points (phase:step), in the order the loop reaches them:
+
+  init:s   state created (s = 0) or restored (s = its step), before the first step compiles
+  nan:s    step s's batch gets token ids = vocab_size, which embed as NaN: a non-finite loss
+  step:s   step s dispatched, before its metrics are read (between checkpoints)
+  eval:s   the eval at step s computed, its record not yet written
+  save:s   the save of step s dispatched: Orbax's async write is in flight
+  saved:s  the save of step s durable on disk (the point waits for it, then kills)
+
+A kill is SIGKILL: no signal handler, no `finally`, no flush, as from the OOM killer or a
+lost host. Nothing here runs when the variable is unset.
+"""
+
+import os
+import signal
+import sys
+
+import numpy as np
+
+from jaxformer import ladder
+
+ENV = "JAXFORMER_FAULT_AT"
+PHASES = ("init", "nan", "step", "eval", "save", "saved")
+
+
+def parse(raw):
+  """'save:6,nan:3' -> {('save', 6), ('nan', 3)}; ConfigError naming the variable otherwise."""
+  points = set()
+  for item in filter(None, (raw or "").split(",")):
+    phase, _, step = item.strip().partition(":")
+    if phase not in PHASES or not step.isdigit():
+      raise ladder.ConfigError(
+        f"{ENV}={raw!r}: expected phase:step[,phase:step...] with phase in {', '.join(PHASES)}"
+      )
+    points.add((phase, int(step)))
+  return frozenset(points)
+
+
+class Faults:
+  """The points of one training run, read from the environment when the run starts."""
+
+  def __init__(self, raw=None):
+    self.points = parse(os.environ.get(ENV) if raw is None else raw)
+
+  def kill(self, phase, step, before=None):
+    """SIGKILL this process at (phase, step) if listed, after calling `before`."""
+    if (phase, step) not in self.points:
+      return
+    if before is not None:
+      before()
+    print(f"fault injected: SIGKILL at {phase}:{step}", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+  def poison(self, batch, step, vocab_size):
+    """`batch` with every input id set to vocab_size if ('nan', step) is listed."""
+    if ("nan", step) not in self.points:
+      return batch
+    return {**batch, "inputs": np.full_like(batch["inputs"], vocab_size)}

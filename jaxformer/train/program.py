@@ -1,0 +1,113 @@
+"""What the loop compiles for a config, and the checks that a config can run at all.
+
+`build(config, mesh, batch_shape)` returns the jitted init / train / eval programs and the
+state's abstract shapes with shardings. Programs are cached by (rung, model config,
+optimizer fields, mesh, batch shape): experiments call `loop.train` many times on small
+models, and a repeat with the same key compiles nothing.
+"""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+
+from jaxformer import data, ladder
+from jaxformer.train import optimizer, sharding, step
+
+
+def check_config(config):
+  """Raises ConfigError naming the first training field that cannot work (model included)."""
+  c = config
+  ladder.validate(c.rung, c.model)
+  optimizer.validate(c)
+  for field in ("batch_size", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every"):
+    if not isinstance(c[field], int) or isinstance(c[field], bool) or c[field] <= 0:
+      raise ladder.ConfigError(f"{field}={c[field]!r}: must be a positive integer")
+  if c.eval_batches is not None and c.eval_batches <= 0:
+    raise ladder.ConfigError(f"eval_batches={c.eval_batches!r}: must be positive or None")
+  if c.early_stop_accuracy is not None and not 0 < c.early_stop_accuracy <= 1:
+    raise ladder.ConfigError(f"early_stop_accuracy={c.early_stop_accuracy!r}: must be in (0, 1]")
+  if c.peak_flops_per_device is not None and not c.peak_flops_per_device > 0:
+    raise ladder.ConfigError(f"peak_flops_per_device={c.peak_flops_per_device!r}: must be > 0")
+  if not isinstance(c.seed, int) or not 0 <= c.seed < 2**32:
+    raise ladder.ConfigError(f"seed={c.seed!r}: must be an integer in [0, 2**32)")
+  data.parse_spec(c.task)  # DataError naming the task field
+
+
+def check_task_fits(config, dataset):
+  """The task's sequences and token ids must fit the model's tables."""
+  if dataset.seq_len > config.model.max_len:
+    raise ladder.ConfigError(
+      f"task seq_len={dataset.seq_len} > model.max_len={config.model.max_len}: "
+      "raise model.max_len or shorten the task"
+    )
+  if dataset.vocab_size > config.model.vocab_size:
+    raise ladder.ConfigError(
+      f"task vocab_size={dataset.vocab_size} > model.vocab_size={config.model.vocab_size}: "
+      "token ids would index past the embedding"
+    )
+
+
+def fingerprint(config):
+  """What a checkpoint must match to be resumed: the rung, its model config and the task."""
+  return {"rung": config.rung, "model": config.model.to_dict(), "task": config.task}
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """Everything compiled for one (rung, model, optimizer, mesh, batch shape)."""
+
+  model: object
+  abstract_state: object  # ShapeDtypeStructs carrying the state's shardings
+  init: object  # rng key -> state, created sharded
+  train_step: object  # (state, batch) -> (state, metrics), state donated
+  eval_step: object  # (params, batch) -> sums
+  batch_sharding: object
+
+
+_PROGRAMS = {}
+_MAX_PROGRAMS = 8
+
+
+def build(config, mesh, batch_shape):
+  """The jitted init / train / eval for this config, reused across calls with equal keys."""
+  opt_fields = (
+    "learning_rate",
+    "end_learning_rate_factor",
+    "warmup_steps",
+    "total_steps",
+    "weight_decay",
+    "adam_b1",
+    "adam_b2",
+    "grad_clip_norm",
+    "grad_accum_steps",
+  )
+  key = (
+    config.rung,
+    config.model.to_json(sort_keys=True),
+    tuple(config[f] for f in opt_fields),
+    mesh,
+    batch_shape,
+  )
+  if key in _PROGRAMS:
+    return _PROGRAMS[key]
+  model = ladder.build(config.rung, config.model)
+  tx = optimizer.make(config)
+  init_boxed = lambda rng: step.init_state(model, tx, rng, batch_shape)  # noqa: E731
+  boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+  shardings = sharding.logical_shardings(boxed, mesh)
+  abstract = sharding.with_shardings(sharding.strip_boxes(boxed), shardings)
+  sharding.check_divisible(abstract, shardings)
+  batch_sharding = sharding.batch_sharding(mesh)
+  program = Program(
+    model=model,
+    abstract_state=abstract,
+    init=jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=shardings),
+    train_step=step.jit_train_step(model, tx, shardings, batch_sharding),
+    eval_step=step.jit_eval_step(model, shardings["params"], batch_sharding),
+    batch_sharding=batch_sharding,
+  )
+  if len(_PROGRAMS) >= _MAX_PROGRAMS:
+    _PROGRAMS.pop(next(iter(_PROGRAMS)))
+  _PROGRAMS[key] = program
+  return program

@@ -1,0 +1,58 @@
+import math
+
+import numpy as np
+import pytest
+
+from experiments import harness
+from jaxformer import ladder
+
+
+def test_train_config_replaces_model_and_training_fields():
+  config = harness.train_config(
+    "rnn", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=1", {"cell": "elman", "d_model": 8}, seed=3
+  )
+  assert (config.rung, config.model.cell, config.model.d_model, config.seed) == (
+    "rnn",
+    "elman",
+    8,
+    3,
+  )
+  assert config.task == "mqar:vocab_size=16,seq_len=8,num_kv_pairs=1"
+  assert config.model.num_layers == ladder.default_config("rnn").num_layers  # untouched
+
+
+def test_train_config_names_an_unknown_field():
+  with pytest.raises(ladder.ConfigError, match="model.colour"):
+    harness.train_config("rnn", "mqar", {"colour": 1})
+  with pytest.raises(ladder.ConfigError, match="stepz"):
+    harness.train_config("rnn", "mqar", stepz=1)
+
+
+class _Source:
+  def __init__(self, n):
+    self.rows = [{"inputs": np.full(4, i)} for i in range(n)]
+
+  def __getitem__(self, i):
+    return self.rows[i]
+
+  def __getitems__(self, ids):
+    return [self.rows[i] for i in ids]
+
+
+class _Dataset:
+  source = _Source(5)
+
+
+def test_read_inputs_stacks_the_chosen_rows():
+  tokens = harness.read_inputs(_Dataset(), np.array([3, 1]))
+  assert tokens.dtype == np.int32 and tokens.tolist() == [[3] * 4, [1] * 4]
+
+
+def test_finite_walks_nested_metrics():
+  assert harness.finite({"a": [1.0, {"b": 2}], "c": "text"})
+  assert not harness.finite({"a": [1.0, {"b": math.nan}]})
+  assert not harness.finite([np.float32(np.inf)])
+
+
+def test_cost_line():
+  assert harness.cost({"final_step": 7, "cpu_seconds": 1.25}) == "7 steps, 1.2 cpu-s"

@@ -1,0 +1,63 @@
+"""experiments/configs/default.py: every rung at both sizes is a config the loop accepts."""
+
+import pytest
+
+from experiments.configs import default
+from jaxformer import data, ladder
+from jaxformer.train import optimizer
+from jaxformer.train import program as program_lib
+
+TOP_LEVEL = (
+  "rung",
+  "model",
+  "task",
+  "seed",
+  "batch_size",
+  "total_steps",
+  "learning_rate",
+  "warmup_steps",
+  "eval_every",
+  "checkpoint_every",
+  "mesh_shape",
+)
+
+
+@pytest.mark.parametrize("size", default.SIZES)
+@pytest.mark.parametrize("rung", ladder.RUNGS)
+def test_every_rung_and_size_is_a_valid_config(rung, size):
+  config = default.get_config(f"rung={rung},size={size}")
+  assert set(TOP_LEVEL) <= set(config.keys())
+  assert config.rung == rung
+  program_lib.check_config(config)
+  optimizer.make(config)
+  _, task = data.parse_spec(config.task)
+  assert task["seq_len"] <= config.model.max_len
+  assert task["vocab_size"] <= config.model.vocab_size
+  if size == "cpu":
+    assert config.model.to_dict() == ladder.default_config(rung).to_dict()
+
+
+def test_default_arg_is_the_transformer_on_cpu():
+  assert default.get_config().rung == "transformer"
+  assert default.get_config().task == default.CPU_TASK
+
+
+@pytest.mark.parametrize(
+  "arg,match",
+  [("rung=nope", "rung='nope'"), ("size=huge", "size='huge'"), ("width=3", "'width=3'")],
+)
+def test_bad_argument_names_itself(arg, match):
+  with pytest.raises(ladder.ConfigError, match=match):
+    default.get_config(arg)
+
+
+def test_docstring_gives_the_command_and_expected_results():
+  doc = default.__doc__
+  assert "python -m experiments.main --config=experiments/configs/default.py:rung=" in doc
+  assert "Expected" in doc
+
+
+def test_cpu_results_cover_every_rung():
+  assert set(default.CPU_RESULTS) == set(ladder.RUNGS)
+  for rung, accuracy in default.CPU_RESULTS.items():
+    assert accuracy is None or 0 <= accuracy <= 1, rung
