@@ -27,7 +27,6 @@ import sys
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from experiments import harness, report, run_all
 from jaxformer import decode, ladder
@@ -210,8 +209,7 @@ def run(config, workdir):
   task = task_spec(config)
   from jaxformer import data  # the test prompts the caches are filled with
 
-  prompts = data.get_dataset(task, "test").source.__getitems__(range(config.decode_batch))
-  prompts_BL = np.stack([p["inputs"] for p in prompts])
+  prompts_BL = harness.read_inputs(data.get_dataset(task, "test"), range(config.decode_batch))
 
   accuracy, steps, measured, formula, key_rank = {}, {}, {}, {}, {}
   cpu = 0.0
