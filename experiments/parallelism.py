@@ -7,19 +7,19 @@ Two measurements:
   critical path  `jaxformer.steps.s2_parallel.critical_path` per rung and L (the longest
                  chain on the real dependency graph, not the closed form)
   step time      wall time of one jitted train step (forward, backward, AdamW; built by the
-                 training loop's `build_program`) vs L, for an LSTM (rung `rnn`) and a
+                 training loop's `program.build`) vs L, for an LSTM (rung `rnn`) and a
                  Transformer (rung `transformer`) of the same width and depth, on one device.
 
   python -m experiments.parallelism --workdir runs/parallelism              # cpu, 40 cpu-s
   python -m experiments.parallelism --size accel --workdir runs/parallelism_accel
 
-cpu: D=64, 2 layers, batch 4, L in 32..256 (up to 4 D). On a 2-core CPU the Transformer's
-work runs serially too, so its time also grows with L; the LSTM additionally pays a sequential
-step per token. Expect the LSTM's seconds-per-token slope to be several times the
-Transformer's. Past L = 4 D the Transformer's L^2 attention takes over on a CPU: in sizing runs
-at L = 512 the LSTM step took 116 ms and the Transformer's 331 ms (same machine, shared). That
-is section 9's pressure (see experiments/beyond.py), not a refutation of this one.
-Measured (cpu, loaded shared machine): LSTM 0.26 ms/token vs Transformer 0.09 (ratio 2.8).
+cpu: D=64, 2 layers, batch 4, L in 32..256 (up to 4 D). Measured (fastest of 30 steps, loaded
+shared 2-core machine, two runs): LSTM 0.06-0.11 ms per token, Transformer 0.08-0.15: slope
+ratio 0.73-0.78, FAIL. A CPU runs the Transformer's positions one after another too, so both
+grow linearly with L at similar cost per token; the critical path (exact) is where the claim
+shows here, and the wall-time claim needs hardware that runs the L positions at once (accel).
+(Past L = 4 D the Transformer's L^2 attention takes over on a CPU: at L = 512 its step took
+331 ms and the LSTM's 116 ms in sizing runs; that is section 9's pressure, not this one.)
 accel: D=256, 4 layers, batch 32, L up to 4096: on a GPU the Transformer's step is nearly flat
 in L at these sizes while the LSTM's grows linearly, so the slope ratio should be far larger.
 """
@@ -68,7 +68,7 @@ def get_config(size="cpu"):
   c.num_layers = 2  # blocks, or stacked recurrent layers
   c.batch_size = 4  # sequences per train step: small, so per-token arithmetic is cheap
   c.vocab_size = 64  # V
-  c.repeats = 5  # timed steps per (model, L) after one compiling step; the fastest is kept
+  c.repeats = 30  # timed steps per (model, L) after one compiling step; the fastest is kept
   if size == "tiny":
     c.lengths, c.path_lengths = (8, 16), (4, 8, 16)
     c.d_model, c.num_layers, c.batch_size, c.repeats = 16, 1, 4, 2
@@ -104,7 +104,8 @@ def slope(lengths, seconds):
 
 def step_seconds(rung, model_overrides, config, length):
   """Median wall time of one jitted train step at sequence length `length`, one device."""
-  from jaxformer.train import loop, sharding
+  from jaxformer.train import program as programs
+  from jaxformer.train import sharding
 
   train_config = harness.train_config(
     rung,
@@ -123,7 +124,7 @@ def step_seconds(rung, model_overrides, config, length):
   rng = np.random.default_rng(0)
   shape = (config.batch_size, length)
   with sharding.active(mesh):
-    program = loop.build_program(train_config, mesh, shape)
+    program = programs.build(train_config, mesh, shape)
     state = program.init(jax.random.key(0))
     batch = {
       "inputs": rng.integers(0, config.vocab_size, shape, dtype=np.int32),
