@@ -13,12 +13,14 @@ functions of the spec on a grid: tanh(x1 + x3), x1 + x3 and x1 * x3, as contour 
 the share of their variance that no sum g(x1) + h(x3) explains (two-way ANOVA: 0 for a sum,
 1 for a pure product).
 
-  python -m experiments.interaction --workdir runs/interaction              # cpu, ~1 min
+  python -m experiments.interaction --workdir runs/interaction              # cpu, ~50 cpu-s
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
 cpu: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 1000 steps. Expect bilinear and
 lowrank to jump to ~1.0 within a few hundred steps and additive to stay at ~0.27 (it can only
 guess among the context's values); tanh (K=16) is what it measures: see the report.
+Measured (cpu, seed 0): additive 0.379, tanh 0.374 (1000 steps), bilinear 0.977 and lowrank
+0.976 (600 steps); share beyond a sum: tanh(x1 + x3) 0.16, x1 * x3 1.0.
 accel: MQAR V=256 L=128 K=16, D=128, up to 8000 steps, tanh with K=32.
 """
 

@@ -12,7 +12,7 @@ functions and H static D x D values. Two measurements:
            form gets the widest D that fits the budget and trains on MQAR; everything else
            equal (softmax over the sources, pre-layer-norm, same steps and data).
 
-  python -m experiments.param_explosion --workdir runs/param_explosion      # cpu, ~1 min
+  python -m experiments.param_explosion --workdir runs/param_explosion      # cpu, ~85 cpu-s
   python -m experiments.param_explosion --size accel --workdir runs/param_explosion_accel
 
 cpu: budget = the matrix sum (1 head, K=D) at D=64: 12,288 mixing parameters per layer,
@@ -20,6 +20,8 @@ which buys full D=11 (121 functions, K=4) and diagonal D=39; MQAR V=64 L=16 K=4,
 up to 800 steps. (A matrix sum narrower than D~48 did not learn this task in 1,000 steps in
 jaxformer's sizing runs, so the budget is set where it can.) Expect the matrix sum to recall
 and full / diagonal to stay near the ~0.3 of guessing among the context's values.
+Measured (cpu, seed 0): counts equal the closed forms up to 1.07e9 (full at D=512, 262,144
+functions); full 0.272, diagonal 0.372 (800 steps), matrix sum 0.970 (700 steps).
 accel: budget = the matrix sum at D=128 (49,152 per layer: full D=18, diagonal D=78), MQAR
 V=256 L=64 K=8, 6000 steps.
 """
