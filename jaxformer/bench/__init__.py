@@ -1,0 +1,101 @@
+"""Benchmark suites: each measures something and returns rows (one dict per measurement).
+
+A suite is a `Suite`: a `run(**kwargs) -> list[dict]`, named sizes (kwargs presets), the
+columns its table shows, and an optional `options` hook that maps command-line values to
+run kwargs. `experiments/bench.py` holds the registry {name: Suite}; adding a suite is one
+entry there. Helpers here time a jitted function and read its compiled memory.
+"""
+
+import dataclasses
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    run: Callable[..., list[dict]]  # keyword arguments -> rows
+    sizes: dict[str, dict]  # --size NAME -> run kwargs; the first one is the default
+    columns: tuple[str, ...]  # row keys the table prints, in order
+    description: str = ""
+
+
+def machine():
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    device = jax.devices()[0]
+    return dict(
+        backend=jax.default_backend(),
+        device=device.device_kind,
+        devices=jax.device_count(),
+        cpu=cpu,
+        cpu_cores=os.cpu_count(),
+        jax=jax.__version__,
+        python=platform.python_version(),
+        # other processes compete for the CPU on a shared machine: read times with this
+        load_avg_1m=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    )
+
+
+def memory_bytes(compiled):
+    """Peak memory estimate of a compiled function from XLA's buffer assignment:
+    temp + argument + output - alias bytes (`peak_memory_in_bytes` is not filled on CPU)."""
+    ma = compiled.memory_analysis()
+    parts = dict(
+        temp_bytes=ma.temp_size_in_bytes,
+        argument_bytes=ma.argument_size_in_bytes,
+        output_bytes=ma.output_size_in_bytes,
+    )
+    parts["peak_bytes"] = sum(parts.values()) - ma.alias_size_in_bytes
+    return parts
+
+
+def available_memory_bytes():
+    """MemAvailable from /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def time_compiled(compiled, args, repeats=3):
+    """Median wall seconds of `compiled(*args)` over `repeats` runs after one warm-up run,
+    the list of wall times, and the median CPU seconds of this process per run (all its
+    threads; on a shared machine less disturbed by other processes than wall time)."""
+    jax.block_until_ready(compiled(*args))
+    times, cpu_times = [], []
+    for _ in range(repeats):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
+    return statistics.median(times), times, statistics.median(cpu_times)
+
+
+def format_table(rows, columns):
+    """Plain-text table of `rows` (dicts) restricted to `columns`."""
+
+    def cell(value):
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "" if value is None else str(value)
+
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)

@@ -7,12 +7,14 @@ under the same mask (`masks.py`), `linear` replaces the softmax (section 9 of
 docs/reconstruction.md: why the Transformer is not inevitable):
 
   dense           the reference: the [L, M] scores materialized. O(L M) time and memory.
-  dot_product     `jax.nn.dot_product_attention` (XLA here, cuDNN flash on a GPU).
+  dot_product     `jax.nn.dot_product_attention(implementation=None)`: in jax 0.10 that is
+                  XLA's materialized softmax on every backend (cuDNN only when asked for).
   blockwise       exact, online softmax over key blocks, recomputing backward: O(L) memory.
   sliding_window  exact within the last `window` keys, linear in L (needs `window`).
   block_sparse    exact within a fixed block pattern (see `masks.block_pattern`).
   linear          elu+1 feature-map linear attention, chunked parallel form: NOT softmax.
-  linear_recurrent  the same function as a `lax.scan` over a fixed-size state.
+  linear_recurrent  the same function as a `lax.scan` over a fixed-size state (fixed memory
+                  in inference; autodiff through the scan still saves one state per step).
 
 All take q_BLHK [B, L, H, K] and k_BMHK, v_BMHK [B, M, H, K], any L, M (padded internally),
 float32 or bfloat16 (accumulated in float32), and return out_BLHK in q's dtype. Query l sits
@@ -90,8 +92,8 @@ def _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mas
         raise ValueError(
             f"attend: impl={impl!r} has no temperature (got temperature={temperature})"
         )
-    if temperature is not None and not temperature > 0:
-        raise ValueError(f"attend: temperature must be > 0, got {temperature!r}")
+    if temperature is not None and not (isinstance(temperature, int | float) and temperature > 0):
+        raise ValueError(f"attend: temperature must be a Python number > 0, got {temperature!r}")
     if q_BLHK.ndim != 4 or k_BMHK.shape != v_BMHK.shape or k_BMHK.ndim != 4:
         raise ValueError(
             f"attend: want q [B, L, H, K] and k, v [B, M, H, K], got q {q_BLHK.shape}, "
@@ -125,8 +127,30 @@ def attend(
     `window` keys (a band of width 2 window - 1 when not causal). block_size: the block /
     chunk length of blockwise, sliding_window, block_sparse and linear. q_offset: absolute
     position of query 0 (int or traced int). kv_mask_BM: boolean, False marks an invalid key.
+
+    Jitted per static configuration (impl, causal, temperature, window, block_size and a
+    Python-int q_offset), so a call outside jit compiles once instead of dispatching op by
+    op; inside jit it is inlined.
     """
     _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mask_BM)
+    static = isinstance(q_offset, int)
+    return (_attend_static_offset if static else _attend_traced_offset)(
+        q_BLHK,
+        k_BMHK,
+        v_BMHK,
+        impl=impl,
+        causal=causal,
+        temperature=temperature,
+        window=window,
+        block_size=block_size,
+        q_offset=q_offset,
+        kv_mask_BM=kv_mask_BM,
+    )
+
+
+def _attend(
+    q_BLHK, k_BMHK, v_BMHK, *, impl, causal, temperature, window, block_size, q_offset, kv_mask_BM
+):
     kw = dict(causal=causal, q_offset=q_offset, kv_mask_BM=kv_mask_BM)
     if impl == "dense":
         L, M = q_BLHK.shape[1], k_BMHK.shape[1]
@@ -170,3 +194,8 @@ def attend(
     return linear_attention.linear_attention(
         q_BLHK, k_BMHK, v_BMHK, chunk=block_size, recurrent=recurrent, **kw
     )
+
+
+_STATIC = ("impl", "causal", "temperature", "window", "block_size")
+_attend_traced_offset = jax.jit(_attend, static_argnames=_STATIC)
+_attend_static_offset = jax.jit(_attend, static_argnames=(*_STATIC, "q_offset"))

@@ -89,9 +89,13 @@ def sliding_window_attention(
     q_offset=0,
     kv_mask_BM=None,
 ):
-    """Exact attention over the last `window` keys (i - window < j <= i), linear in L."""
+    """Exact attention over the last `window` keys (i - window < j <= i), linear in L.
+
+    Query chunks are min(block_size, window) long: a chunk of b reads b + window - 1 keys,
+    so a chunk longer than the window would mostly compute masked scores.
+    """
     B, L, H, K = q_BLHK.shape
-    b = min(block_size, L)
+    b = min(block_size, window, L)
     tau = math.sqrt(K) if temperature is None else temperature
     q_NBLHK = _query_chunks(q_BLHK, b, tau)
     N = q_NBLHK.shape[0]

@@ -1,0 +1,132 @@
+"""Benchmark suite `attention`: forward + backward time and peak memory vs L per impl.
+
+Each measurement jits grad_{q,k,v} sum(attend(q, k, v) * g) (one forward and one backward
+pass, causal self-attention, L = M), reads the compiled memory (temp + argument + output
+bytes from `compiled.memory_analysis()`, see `jaxformer.bench.memory_bytes`) and times the
+median of `repeats` runs after a warm-up. An impl whose compiled memory exceeds
+`memory_fraction` of the machine's available memory is not run (status says so); the
+memory column still reports what it would have needed.
+"""
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxformer.bench import Suite, available_memory_bytes, memory_bytes, time_compiled
+from jaxformer.math.attention import IMPLEMENTATIONS, attend
+
+_GIB = 2**30
+
+
+def _step(impl, *, causal, block_size, window):
+    window = window if impl == "sliding_window" else None
+    fn = functools.partial(attend, impl=impl, causal=causal, block_size=block_size, window=window)
+
+    def loss(q_BLHK, k_BMHK, v_BMHK, g_BLHK):
+        return jnp.sum(fn(q_BLHK, k_BMHK, v_BMHK).astype(jnp.float32) * g_BLHK)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def _inputs(L, *, batch, heads, head_dim, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v, g = rng.standard_normal((4, batch, L, heads, head_dim), np.float32)
+    return (*(jnp.asarray(x, dtype) for x in (q, k, v)), jnp.asarray(g))
+
+
+def run(
+    lengths=(1024, 4096),
+    impls=IMPLEMENTATIONS,
+    heads=1,
+    head_dim=64,
+    batch=1,
+    dtype="float32",
+    causal=True,
+    block_size=512,
+    window=256,
+    repeats=3,
+    memory_fraction=0.6,
+):
+    """One row per (L, impl): time_s (median fwd+bwd wall seconds), cpu_s (median process
+    CPU seconds), peak_bytes and its parts,
+    compile_s, status ('ok' or why not run), and time/memory relative to dense at that L."""
+    unknown = set(impls) - set(IMPLEMENTATIONS)
+    if unknown:
+        raise ValueError(
+            f"attention bench: unknown impls {sorted(unknown)}; allowed: {IMPLEMENTATIONS}"
+        )
+    available = available_memory_bytes()
+    budget = None if available is None else memory_fraction * available
+    rows = []
+    for L in lengths:
+        args = _inputs(L, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype)
+        for impl in impls:
+            row = dict(
+                impl=impl,
+                L=L,
+                batch=batch,
+                heads=heads,
+                head_dim=head_dim,
+                dtype=dtype,
+                causal=causal,
+                block_size=block_size,
+                window=window if impl == "sliding_window" else None,
+            )
+            start = time.perf_counter()
+            step = _step(impl, causal=causal, block_size=block_size, window=window)
+            compiled = step.lower(*args).compile()
+            row["compile_s"] = time.perf_counter() - start
+            row.update(memory_bytes(compiled))
+            row["peak_MiB"] = row["peak_bytes"] / 2**20
+            if budget is not None and row["peak_bytes"] > budget:
+                row["status"] = (
+                    f"skipped: needs {row['peak_bytes'] / _GIB:.1f} GiB > "
+                    f"{memory_fraction:.0%} of {available / _GIB:.1f} GiB available"
+                )
+            else:
+                row["time_s"], row["times_s"], row["cpu_s"] = time_compiled(compiled, args, repeats)
+                row["status"] = "ok"
+            rows.append(row)
+            del compiled
+    _relative_to_dense(rows)
+    return rows
+
+
+def _relative_to_dense(rows):
+    dense = {r["L"]: r for r in rows if r["impl"] == "dense"}
+    for row in rows:
+        ref = dense.get(row["L"])
+        if ref is None:
+            continue
+        row["memory_vs_dense"] = row["peak_bytes"] / ref["peak_bytes"]
+        if "time_s" in row and "time_s" in ref:
+            row["time_vs_dense"] = row["time_s"] / ref["time_s"]
+            row["cpu_vs_dense"] = row["cpu_s"] / ref["cpu_s"]
+
+
+SUITE = Suite(
+    run=run,
+    sizes={
+        "small": dict(lengths=(256, 1024)),
+        "medium": dict(lengths=(1024, 4096)),
+        "large": dict(lengths=(1024, 4096, 16384)),
+        # the blockwise targets: L = 16384, 1 head of 64, fwd + bwd
+        "target": dict(lengths=(4096, 16384), impls=("dense", "blockwise")),
+    },
+    columns=(
+        "impl",
+        "L",
+        "time_s",
+        "cpu_s",
+        "peak_MiB",
+        "time_vs_dense",
+        "cpu_vs_dense",
+        "memory_vs_dense",
+        "compile_s",
+        "status",
+    ),
+    description="attention fwd+bwd time and compiled peak memory vs L per implementation",
+)
