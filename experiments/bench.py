@@ -2,6 +2,8 @@
 
   python -m experiments.bench attention --size small
   python -m experiments.bench attention --lengths 1024,4096,16384 --impls dense,blockwise --json
+  python -m experiments.bench decode --size tiny --json
+  python -m experiments.bench train --set attention=blockwise
   python -m experiments.bench all              # every suite at its default size
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
@@ -12,10 +14,12 @@ import ast
 import json
 import sys
 
-from jaxformer.bench import attention, format_table, machine
+from jaxformer.bench import attention, decode, format_table, machine, train
 
 SUITES = {
   "attention": attention.SUITE,
+  "decode": decode.SUITE,
+  "train": train.SUITE,
 }
 
 

@@ -6,8 +6,9 @@ the r-dim values Wv_j x_i per token; Wo projects back up after the weighted sum.
 Measured here:
 1. equivalence, on the real modules: the `concat_wo` model at r = D with every Wo_j = I and
    Wv_j = V_j computes the same logits as the summed-heads `softmax` model;
-2. value-cache bytes vs r, read from the values each layer of a real model produces for a
-   batch (the arrays a decoder caches), against tokens x layers x H x r x bytes;
+2. value-cache bytes vs r, read from the 'values' arrays of a real decoding cache
+   (jaxformer.decode) after a prefill of test sequences, against tokens x layers x H x r x
+   bytes (and decode.cache_dims' value dims);
 3. quality vs r: MQAR accuracy of summed heads and of concat + Wo at several r.
 
   python -m experiments.heads --workdir runs/heads                      # cpu, ~1 min
@@ -24,7 +25,6 @@ import sys
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from experiments import harness, report, run_all
 from jaxformer import ladder
@@ -113,14 +113,23 @@ def equivalence_gap(config):
 
 
 def value_cache_bytes(model, params, tokens_BL):
-  """Bytes of the values v_BMHK every layer produces for tokens_BL: what a decoder caches."""
-  _, inter = harness.intermediates(model, params, tokens_BL)
-  total = 0
-  for layer, tree in inter.items():
-    if layer.startswith("layers_"):
-      (values,) = tree["mixer"]["values"]
-      total += values.nbytes
-  return int(total)
+  """Bytes of the value arrays in a real decoding cache (jaxformer.decode) after a prefill
+  of tokens_BL: every layer's 'values' leaf, the r-dim (or D-dim) per-head values kept per
+  token. Keys and position counters are left out."""
+  from jaxformer import decode  # branch `decode`
+
+  cache = decode.init_cache(model, tokens_BL.shape[0], tokens_BL.shape[1])
+  prefill = jax.jit(lambda p, c, t: decode.decode_step(model, p, c, t))
+  _, cache = prefill(params, cache, jnp.asarray(tokens_BL))
+  leaves = jax.tree_util.tree_leaves_with_path(cache)
+  values = [leaf for path, leaf in leaves if getattr(path[-1], "key", None) == "values"]
+  if len(values) != model_layers(model):
+    raise ValueError(f"expected one 'values' cache per layer, found {len(values)}")
+  return int(sum(leaf.size * leaf.dtype.itemsize for leaf in values))
+
+
+def model_layers(model):
+  return len(model.layers)
 
 
 def value_cache_formula(tokens, layers, heads, rank, itemsize=4):
@@ -139,7 +148,7 @@ def criteria(metrics, config):
       {"gap": metrics["equivalence_gap"], "max_logit": metrics["max_logit"]},
     ),
     report.Criterion(
-      "value-cache bytes measured from real value arrays equal tokens x layers x H x r x 4 "
+      "value-cache bytes of the real decoding cache equal tokens x layers x H x r x 4 "
       "for every r (so they scale as r / D)",
       set(measured) == set(formula) and all(measured[k] == formula[k] for k in formula),
       {f"bytes_{k}": v for k, v in measured.items()},
@@ -162,8 +171,11 @@ def run(config, workdir):
     f"num_test_examples={config.num_test_examples},seed={config.seed}"
   )
   runs = [("summed", "softmax", config.d_model)] + [(str(r), "concat_wo", r) for r in config.ranks]
-  batch = np.zeros((config.batch_size, config.seq_len), np.int32)  # shapes only
-  tokens = config.batch_size * config.seq_len
+  from jaxformer import data, decode
+
+  test = data.get_dataset(task, "test")
+  batch = harness.read_inputs(test, range(min(config.batch_size, len(test))))
+  tokens = batch.shape[0] * batch.shape[1]
   accuracy, cache, formula, steps, cpu = {}, {}, {}, {}, 0.0
   for key, rung, rank in runs:
     model = model_config(rung, config, rank).to_dict()
@@ -179,8 +191,12 @@ def run(config, workdir):
     )
     accuracy[key], steps[key] = harness.accuracy(summary), summary["final_step"]
     cache[key] = value_cache_bytes(summary["model"], summary["params"], batch)
-    value_rank = config.d_model if rung == "softmax" else rank
+    value_rank = config.d_model if rung == "softmax" else rank  # summed heads: V_j is D x D
     formula[key] = value_cache_formula(tokens, config.num_layers, config.num_heads, value_rank)
+    # The decode branch's per-token value dims must say the same (H x r, or H x D summed).
+    _, value_dims = decode.cache_dims(summary["config"].model)
+    if value_dims != config.num_heads * value_rank:
+      raise ValueError(f"decode.cache_dims gives {value_dims} value dims, expected H x r")
     cpu += summary["cpu_seconds"]
     print(
       f"  {key:7s} acc={accuracy[key]:.3f} cache={cache[key]} bytes ({harness.cost(summary)})",
@@ -227,8 +243,8 @@ def run(config, workdir):
     f"D={config.d_model}, H={config.num_heads}, {config.num_layers} layers; equivalence on "
     f"{config.equivalence_batch} random sequences at init; MQAR V={config.vocab_size} "
     f"K={config.num_kv_pairs} L={config.seq_len}, batch {config.batch_size}, up to "
-    f"{config.total_steps} steps, seed {config.seed}; cache bytes for one batch of "
-    f"{config.batch_size} x {config.seq_len} tokens, float32."
+    f"{config.total_steps} steps, seed {config.seed}; value-cache bytes of jaxformer.decode's "
+    f"cache after a prefill of {batch.shape[0]} x {batch.shape[1]} test tokens, float32."
   )
   return report.Result(
     experiment=NAME,

@@ -1,13 +1,15 @@
 """Train suite: tokens/s, step time and MFU of the transformer rung's full train step.
 
-  python -m experiments.bench train [--size gpt_small|tiny] [--json]
+  python -m experiments.bench train [--size gpt_small|tiny] [--json] [--set attention=blockwise]
 
 The step is jaxformer.train.step.train_step (forward, backward, AdamW with clipping, the
 non-finite guard), jitted with the state donated, on random tokens. MFU = model FLOPs per step
 (jaxformer.train.metrics.flops_per_token: 6 N + attention, PaLM appendix B) / step time /
 a matmul peak measured in the same run in the model's dtype (the best of several square
-sizes, so the peak is not understated). Steps are dispatched back to back with one host sync
-per window of `steps`; the best of `windows` windows is reported.
+sizes, so the peak is not understated). `mfu_cpu_time` is the same ratio in process CPU
+seconds, for a shared machine where other processes take the cores away. Steps are
+dispatched back to back with one host sync per window of `steps`; the best of `windows`
+windows is reported.
 """
 
 import functools
@@ -19,9 +21,10 @@ import jax
 import jax.numpy as jnp
 
 from jaxformer import ladder
+from jaxformer.bench import Suite
 from jaxformer.train import metrics, optimizer, step
 
-SIZES = {
+MODELS = {
   # ~10.9M params, ~146 GFLOP per step: the size the CPU facts in jax-notes.md were measured at
   "gpt_small": dict(
     model=dict(d_model=384, num_heads=6, num_layers=6, d_ff=1536, vocab_size=256, max_len=256),
@@ -44,7 +47,7 @@ def config(size="gpt_small", attention=None):
   from experiments.configs import default  # the optimizer defaults live there
 
   c = default.get_config("rung=transformer")
-  spec = SIZES[size]
+  spec = MODELS[size]
   with c.unlocked():
     for field, value in spec["model"].items():
       c.model[field] = value
@@ -56,23 +59,36 @@ def config(size="gpt_small", attention=None):
 
 
 def measure_peak(dtype):
-  """Best matmul FLOP/s over a few square sizes, in the model's dtype."""
+  """Matmul FLOP/s: the best of jaxformer.train.metrics.measure_matmul_peak (the training
+  loop's own MFU reference) over a few square sizes, so the peak is not understated."""
   accel = jax.devices()[0].platform != "cpu"
   sizes = ACCEL_PEAK_SIZES if accel else CPU_PEAK_SIZES
-  return max(metrics.measure_matmul_peak(size=s, dtype=dtype) for s in sizes)
+  return max(metrics.measure_matmul_peak(size=n, dtype=dtype) for n in sizes)
 
 
-def run(size="gpt_small", steps=5, windows=3, attention=None):
-  """Times the train step; returns a JSON-able dict with tokens_per_s, step_time_s, mfu, ..."""
-  c, seq_len = config(size, attention)
+def cpu_time_peak(dtype, n=CPU_PEAK_SIZES[-1], repeats=5):
+  """Matmul FLOP per second of process CPU time (all threads), for `mfu_cpu_time`."""
+  a = jax.random.normal(jax.random.key(n), (n, n), dtype)
+  matmul = jax.jit(jnp.matmul)
+  jax.block_until_ready(matmul(a, a))
+  best = float("inf")
+  for _ in range(repeats):
+    cpu = time.process_time()
+    jax.block_until_ready(matmul(a, a))
+    best = min(best, time.process_time() - cpu)
+  return 2 * n**3 / max(best, 1e-9)
+
+
+def run(model_size="gpt_small", steps=5, windows=3, attention=None):
+  """Times the train step; one row with tokens_per_s, step_time_s, mfu, peak_flops, ..."""
+  c, seq_len = config(model_size, attention)
   ladder.validate(c.rung, c.model)
   model = ladder.build(c.rung, c.model)
   tx = optimizer.make(c)
   batch_shape = (c.batch_size, seq_len)
   init = jax.jit(lambda rng: nn.meta.unbox(step.init_state(model, tx, rng, batch_shape)))
   state = init(jax.random.key(0))
-  keys = jax.random.split(jax.random.key(1), 2)
-  tokens = jax.random.randint(keys[0], (c.batch_size, seq_len + 1), 0, c.model.vocab_size)
+  tokens = jax.random.randint(jax.random.key(1), (c.batch_size, seq_len + 1), 0, c.model.vocab_size)
   batch = {
     "inputs": tokens[:, :-1],
     "targets": tokens[:, 1:],
@@ -88,54 +104,62 @@ def run(size="gpt_small", steps=5, windows=3, attention=None):
   jax.block_until_ready(out["loss"])
 
   dtype = jnp.dtype(c.model.dtype)
-  peak = measure_peak(dtype)
-  best = float("inf")
+  peak, peak_cpu = measure_peak(dtype), cpu_time_peak(dtype)
+  best, best_cpu = float("inf"), float("inf")
   for _ in range(windows):
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
       state, out = train_step(state, batch)
     jax.block_until_ready(out["loss"])
-    best = min(best, (time.perf_counter() - start) / steps)
-  peak = max(peak, measure_peak(dtype))  # measured before and after: the larger counts
+    best = min(best, (time.perf_counter() - wall) / steps)
+    best_cpu = min(best_cpu, (time.process_time() - cpu) / steps)
+  peak_cpu = max(peak_cpu, cpu_time_peak(dtype))
 
   params = metrics.matmul_param_count(state["params"], c.model.tie_embeddings)
-  flops_per_step = (
-    metrics.flops_per_token(c.rung, c.model, seq_len, params) * c.batch_size * seq_len
-  )
+  tokens_per_step = c.batch_size * seq_len
+  flops_per_step = metrics.flops_per_token(c.rung, c.model, seq_len, params) * tokens_per_step
   mfu = flops_per_step / best / peak
-  device = jax.devices()[0]
-  return {
-    "suite": "train",
-    "size": size,
-    "rung": c.rung,
-    "attention": c.model.attention,
-    "device": f"{device.platform}:{device.device_kind}",
-    "xla_flags": os.environ.get("XLA_FLAGS", ""),
-    "params": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
-    "batch": c.batch_size,
-    "seq_len": seq_len,
-    "flops_per_step": flops_per_step,
-    "compile_s": compile_s,
-    "step_time_s": best,
-    "tokens_per_s": c.batch_size * seq_len / best,
-    "peak_flops": peak,
-    "mfu": mfu,
-    "mfu_target": TARGET_MFU,
-    "mfu_target_met": bool(mfu >= TARGET_MFU),
-    "final_loss": float(out["loss"]),
-  }
+  return [
+    {
+      "rung": c.rung,
+      "attention": c.model.attention,
+      "params": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
+      "batch": c.batch_size,
+      "seq_len": seq_len,
+      "flops_per_step": flops_per_step,
+      "compile_s": compile_s,
+      "step_time_s": best,
+      "tokens_per_s": tokens_per_step / best,
+      "peak_flops": peak,
+      "mfu": mfu,
+      "mfu_target": TARGET_MFU,
+      "mfu_target_met": bool(mfu >= TARGET_MFU),
+      # the same ratio in process CPU seconds: on a shared machine less disturbed by others
+      "step_cpu_s": best_cpu,
+      "mfu_cpu_time": flops_per_step / best_cpu / peak_cpu,
+      "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      "final_loss": float(out["loss"]),
+    }
+  ]
 
 
-def format_table(r):
-  met = "met" if r["mfu_target_met"] else "NOT met"
-  return "\n".join(
-    [
-      f"train suite, size={r['size']} ({r['params'] / 1e6:.1f}M params, batch {r['batch']} x "
-      f"{r['seq_len']}, {r['flops_per_step'] / 1e9:.0f} GFLOP/step), attention={r['attention']}, "
-      f"{r['device']}",
-      f"step time {r['step_time_s'] * 1e3:.0f} ms, {r['tokens_per_s']:.0f} tokens/s, "
-      f"compile {r['compile_s']:.1f} s",
-      f"matmul peak {r['peak_flops'] / 1e9:.0f} GFLOP/s, MFU {r['mfu']:.1%} "
-      f"(target >= {r['mfu_target']:.0%}: {met})",
-    ]
-  )
+SUITE = Suite(
+  run=run,
+  sizes={
+    "gpt_small": dict(model_size="gpt_small"),
+    "tiny": dict(model_size="tiny", steps=2, windows=1),
+  },
+  columns=(
+    "attention",
+    "params",
+    "step_time_s",
+    "tokens_per_s",
+    "peak_flops",
+    "mfu",
+    "mfu_target_met",
+    "step_cpu_s",
+    "mfu_cpu_time",
+    "compile_s",
+  ),
+  description="transformer train step (fwd, bwd, AdamW): tokens/s and MFU vs a measured matmul peak",
+)

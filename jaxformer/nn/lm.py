@@ -47,7 +47,10 @@ class LanguageModel(nn.Module):
       "embed",
       (self.vocab_size, self.d_model),
       (axes.VOCAB, axes.EMBED),
-      nn.initializers.normal(stddev=0.02),
+      # Unit-scale token vectors (as nn.Embed): with GPT-2's 0.02 no rung got past guessing
+      # among the values in context on the CPU recall task in 600 steps; with 1.0 the
+      # transformer reached 0.999 (measured through experiments/configs/default.py).
+      nn.initializers.normal(stddev=1.0),
     )
     # jnp.take wraps negative ids (-1 is the last row); map them past the table so that
     # every id outside [0, V) reads the NaN fill.
