@@ -20,10 +20,10 @@ cpu: L in 1024..4096 (1 head of 64, batch 1, window 256, blocks of 512); needle 
 distances 4, 8, 16, 48 with window 8. Expect dense memory to grow ~4x per doubling of L and
 the others ~2x; the window model at ~1.0 up to distance 8 and at chance (1/32) beyond, while
 full attention recalls at every distance.
-Measured (cpu, seed 0): needle as expected (window 1.0 within, 0.035 beyond; full 1.0);
+Measured (cpu, seed 0): needle as expected (window 1.0 within, 0.047 beyond; full >= 0.94);
 memory slopes dense 2.28, blockwise 0.65, sliding window 1.16, linear 1.00 (PASS); CPU-time
 slopes from L=2048 to 4096 are superlinear for every kernel on this loaded CPU, linear
-attention's included (dense 2.37, sliding window 1.77: FAIL as stated).
+attention's included (dense 2.31, sliding window 1.64, linear 1.54: FAIL as stated).
 Sparse vs dense timing needs an accelerator (none on the CPU machine this was sized on): on a
 GPU the dense kernel is bound by memory traffic, which is where blockwise attention wins
 (FlashAttention, Dao et al. 2022). The accel size runs L up to 32768 with every kernel,
@@ -75,8 +75,11 @@ def get_config(size="cpu"):
   c.num_examples = 4000  # training examples per needle task
   c.num_test_examples = 256  # held-out examples per needle task
   c.batch_size = 64  # examples per step
-  c.learning_rate = 3e-3  # peak of warmup + cosine
-  c.total_steps = 200  # upper bound per run; early stop at early_stop_accuracy
+  # Peak of warmup + cosine. High for a one-layer model because the learned position table
+  # starts at 0.02 beside unit-scale token vectors: at 3e-3 the positional read took ~450
+  # steps to form at distance 16, at 1e-2 about 200.
+  c.learning_rate = 1e-2
+  c.total_steps = 300  # upper bound per run; early stop at early_stop_accuracy
   c.eval_every = 50  # steps between evals
   c.early_stop_accuracy = 0.95  # stop a run once eval accuracy reaches this
   c.seed = 0  # init, data order and data generation

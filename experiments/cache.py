@@ -18,7 +18,7 @@ key Wk_j x_i, r numbers per head; at r = 200 it is 2 GB, 5x smaller. Three measu
 cpu: D=64, one head, r in (4, 16) and bilinear (K=D=64), MQAR V=64 L=16 K=4. Expect the key
 cache to shrink exactly by r / D and r = D/4 to recall as well as the bilinear form.
 Measured (cpu, seed 0): 10 GB / 2 GB / 5x; measured bytes equal the formula; accuracy r=4
-0.931, r=16 0.973, bilinear 0.983.
+0.993, r=16 0.999, bilinear 0.998.
 accel: D=256, r in (8, 32, 64, 128), MQAR V=256 L=64 K=8.
 """
 
