@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxformer import ladder
-from jaxformer.bench import Suite
+from jaxformer.bench import Suite, check_choice, check_positive
 from jaxformer.train import metrics, optimizer, step
 
 MODELS = {
@@ -81,6 +81,8 @@ def cpu_time_peak(dtype, n=CPU_PEAK_SIZES[-1], repeats=5):
 
 def run(model_size="gpt_small", steps=5, windows=3, attention=None):
   """Times the train step; one row with tokens_per_s, step_time_s, mfu, peak_flops, ..."""
+  check_choice("model_size", model_size, tuple(MODELS))
+  check_positive(steps=steps, windows=windows)
   c, seq_len = config(model_size, attention)
   ladder.validate(c.rung, c.model)
   model = ladder.build(c.rung, c.model)
