@@ -31,6 +31,12 @@ MODELS = {
     batch_size=8,
     seq_len=256,
   ),
+  # GPT-2 small's body (85M matmul params) at vocab 256: big enough to load an accelerator
+  "gpt2_small": dict(
+    model=dict(d_model=768, num_heads=12, num_layers=12, d_ff=3072, vocab_size=256, max_len=1024),
+    batch_size=8,
+    seq_len=1024,
+  ),
   "tiny": dict(
     model=dict(d_model=64, num_heads=2, num_layers=2, d_ff=256, vocab_size=64, max_len=64),
     batch_size=4,
@@ -149,6 +155,7 @@ SUITE = Suite(
   run=run,
   sizes={
     "gpt_small": dict(model_size="gpt_small"),
+    "gpt2_small": dict(model_size="gpt2_small"),
     "tiny": dict(model_size="tiny", steps=2, windows=1),
   },
   columns=(

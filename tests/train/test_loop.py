@@ -49,12 +49,16 @@ def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monke
 
 
 def test_early_stop_at_first_eval_reaching_accuracy(data_dir):
-  full = loop.train(_config(data_dir, eval_every=1), None)
+  # A large step size so that eval accuracy moves off zero within the six steps.
+  full = loop.train(_config(data_dir, eval_every=1, learning_rate=1e-2, warmup_steps=0), None)
   accs = [e[2] for e in full["evals"]]
   target = max(accs[:-1])
   assert target > 0, accs
   first = next(i for i, a in enumerate(accs) if a >= target) + 1
-  early = loop.train(_config(data_dir, eval_every=1, early_stop_accuracy=target), None)
+  early = loop.train(
+    _config(data_dir, eval_every=1, learning_rate=1e-2, warmup_steps=0, early_stop_accuracy=target),
+    None,
+  )
   assert early["stop_reason"] == "early_stop" and early["final_step"] == first < 6
   assert early["losses"] == full["losses"][:first]
 
