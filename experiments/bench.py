@@ -7,14 +7,18 @@
   python -m experiments.bench all              # every suite at its default size
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
+A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
+exits 2 before anything is measured; `--debug` shows the traceback instead.
 """
 
 import argparse
 import ast
+import inspect
 import json
 import sys
 
-from jaxformer.bench import attention, decode, format_table, machine, train
+from jaxformer import ladder
+from jaxformer.bench import BenchError, attention, decode, format_table, machine, train
 
 SUITES = {
   "attention": attention.SUITE,
@@ -23,12 +27,32 @@ SUITES = {
 }
 
 
+USAGE = 2  # exit code of a usage error
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse that reports a bad command line in one line (its default adds the usage)."""
+
+  def error(self, message):
+    self.exit(USAGE, f"error: {message}\n")
+
+
 def _ints(text):
-  return tuple(int(x) for x in text.split(",") if x)
+  try:
+    return tuple(int(x) for x in text.split(",") if x)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def _names(text):
   return tuple(x for x in text.split(",") if x)
+
+
+def _setting(text):
+  key, eq, value = text.partition("=")
+  if not eq or not key:
+    raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+  return key, _value(value)
 
 
 def _value(text):
@@ -40,16 +64,29 @@ def _value(text):
 
 def run_suite(name, size=None, overrides=None):
   """(size name, run kwargs, rows) of suite `name` at `size` with `overrides` on top."""
+  size, kwargs = resolve(name, size, overrides)
+  return size, kwargs, SUITES[name].run(**kwargs)
+
+
+def resolve(name, size=None, overrides=None):
+  """(size name, run kwargs); BenchError names an unknown suite, size or parameter."""
+  if name not in SUITES:
+    raise BenchError(f"suite={name!r}: expected one of {', '.join(SUITES)}")
   suite = SUITES[name]
   size = size or next(iter(suite.sizes))
   if size not in suite.sizes:
-    raise SystemExit(f"suite {name!r} has no size {size!r}; sizes: {', '.join(suite.sizes)}")
-  kwargs = {**suite.sizes[size], **(overrides or {})}
-  return size, kwargs, suite.run(**kwargs)
+    raise BenchError(f"size={size!r}: suite {name!r} has sizes {', '.join(suite.sizes)}")
+  params = inspect.signature(suite.run).parameters
+  unknown = sorted(set(overrides or {}) - set(params))
+  if unknown:
+    raise BenchError(
+      f"{unknown[0]}: not a parameter of suite {name!r}; parameters: {', '.join(params)}"
+    )
+  return size, {**suite.sizes[size], **(overrides or {})}
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = _Parser(description=__doc__.splitlines()[0])
   parser.add_argument("suite", choices=[*SUITES, "all"])
   parser.add_argument("--size", help="a preset of the suite (default: its first)")
   parser.add_argument("--lengths", type=_ints, help="comma-separated sequence lengths")
@@ -58,21 +95,34 @@ def main(argv=None):
     "--set",
     action="append",
     default=[],
+    type=_setting,
     metavar="KEY=VALUE",
     help="any other run() keyword, e.g. --set block_size=256 --set dtype=bfloat16",
   )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
+  parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
   args = parser.parse_args(argv)
+  try:
+    _run(args)
+  except (BenchError, ladder.ConfigError) as e:
+    if args.debug:
+      raise
+    print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+    sys.exit(USAGE)
 
-  overrides = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
+
+def _run(args):
+  overrides = dict(args.set)
   if args.lengths:
     overrides["lengths"] = args.lengths
   if args.impls:
     overrides["impls"] = args.impls
   names = list(SUITES) if args.suite == "all" else [args.suite]
+  size = args.size if args.suite != "all" else None
+  plans = {name: resolve(name, size, overrides) for name in names}  # every suite checked first
   results = {}
-  for name in names:
-    size, kwargs, rows = run_suite(name, args.size if args.suite != "all" else None, overrides)
+  for name, (size, kwargs) in plans.items():
+    rows = SUITES[name].run(**kwargs)
     results[name] = dict(size=size, config=kwargs, rows=rows)
     if not args.json:
       print(f"# {name} ({size}): {SUITES[name].description}")

@@ -40,7 +40,7 @@ def test_rung_forward_shape_and_a_finite_gradient_step(name):
       return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:]).mean()
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    return loss, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), grads
+    return loss, jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), grads
 
   loss, new_params, grads = step(params)
   assert np.isfinite(float(loss))

@@ -16,6 +16,26 @@ from collections.abc import Callable
 import jax
 
 
+class BenchError(ValueError):
+  """A suite argument that cannot be measured; the message starts with it. Raised before any
+  work, so `python -m experiments.bench` reports it in one line (exit 2)."""
+
+
+def check_positive(**values):
+  """BenchError naming the first value that is not a positive int (or a non-empty tuple of
+  them): a zero length or repeat count fails deep in numpy or divides by zero otherwise."""
+  for name, value in values.items():
+    items = tuple(value) if isinstance(value, tuple | list) else (value,)
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items)
+    if not items or not ok:
+      raise BenchError(f"{name}={value!r}: expected positive integers")
+
+
+def check_choice(name, value, allowed):
+  if value not in allowed:
+    raise BenchError(f"{name}={value!r}: expected one of {', '.join(map(str, allowed))}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Suite:
   run: Callable[..., list[dict]]  # keyword arguments -> rows

@@ -15,10 +15,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxformer.bench import Suite, available_memory_bytes, memory_bytes, time_compiled
+from jaxformer.bench import (
+  BenchError,
+  Suite,
+  available_memory_bytes,
+  check_choice,
+  check_positive,
+  memory_bytes,
+  time_compiled,
+)
 from jaxformer.math.attention import IMPLEMENTATIONS, attend
 
 _GIB = 2**30
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _step(impl, *, causal, block_size, window):
@@ -55,9 +64,21 @@ def run(
   compile_s, status ('ok' or why not run), and time/memory relative to dense at that L."""
   unknown = set(impls) - set(IMPLEMENTATIONS)
   if unknown:
-    raise ValueError(
-      f"attention bench: unknown impls {sorted(unknown)}; allowed: {IMPLEMENTATIONS}"
+    raise BenchError(
+      f"impls={tuple(impls)!r}: unknown {sorted(unknown)}; allowed: {IMPLEMENTATIONS}"
     )
+  check_positive(
+    lengths=lengths,
+    heads=heads,
+    head_dim=head_dim,
+    batch=batch,
+    block_size=block_size,
+    window=window,
+    repeats=repeats,
+  )
+  check_choice("dtype", dtype, DTYPES)
+  if not 0 <= memory_fraction <= 1:
+    raise BenchError(f"memory_fraction={memory_fraction!r}: expected a fraction in [0, 1]")
   available = available_memory_bytes()
   budget = None if available is None else memory_fraction * available
   rows = []

@@ -18,7 +18,7 @@ import time
 import jax
 
 from jaxformer import decode, ladder
-from jaxformer.bench import Suite
+from jaxformer.bench import BenchError, Suite, check_choice, check_positive
 
 POSITIONS = (64, 256, 1024, 2048)
 CHUNK = 64  # prefill in chunks of this many tokens: one compiled prefill for every P
@@ -52,6 +52,11 @@ def _best_of(fn, repeats):
 
 def run(model_size="gpt_small", positions=POSITIONS, repeats=10, batch=1):
   """One row per position (cached vs recompute), then one row per target."""
+  check_choice("model_size", model_size, tuple(MODELS))
+  check_positive(positions=positions, repeats=repeats, batch=batch)
+  for position in positions:
+    if position % CHUNK:
+      raise BenchError(f"positions={positions!r}: each must be a multiple of the chunk {CHUNK}")
   max_len = max(positions) + CHUNK
   model = ladder.build("transformer", model_config(model_size, max_len))
   rng = jax.random.key(0)
@@ -64,8 +69,6 @@ def run(model_size="gpt_small", positions=POSITIONS, repeats=10, batch=1):
   forward = jax.jit(lambda p, t: model.apply({"params": p}, t)[:, -1])
   rows = []
   for position in positions:
-    if position % CHUNK:
-      raise ValueError(f"positions: {position} is not a multiple of the prefill chunk {CHUNK}")
     cache = decode.init_cache(model, batch, max_len)
     for start in range(0, position, CHUNK):
       _, cache = prefill(params, cache, tokens_BL[:, start : start + CHUNK])

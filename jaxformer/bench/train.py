@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxformer import ladder
-from jaxformer.bench import Suite
+from jaxformer.bench import Suite, check_choice, check_positive
 from jaxformer.train import metrics, optimizer, step
 
 MODELS = {
@@ -30,6 +30,12 @@ MODELS = {
     model=dict(d_model=384, num_heads=6, num_layers=6, d_ff=1536, vocab_size=256, max_len=256),
     batch_size=8,
     seq_len=256,
+  ),
+  # GPT-2 small's body (85M matmul params) at vocab 256: big enough to load an accelerator
+  "gpt2_small": dict(
+    model=dict(d_model=768, num_heads=12, num_layers=12, d_ff=3072, vocab_size=256, max_len=1024),
+    batch_size=8,
+    seq_len=1024,
   ),
   "tiny": dict(
     model=dict(d_model=64, num_heads=2, num_layers=2, d_ff=256, vocab_size=64, max_len=64),
@@ -81,6 +87,8 @@ def cpu_time_peak(dtype, n=CPU_PEAK_SIZES[-1], repeats=5):
 
 def run(model_size="gpt_small", steps=5, windows=3, attention=None):
   """Times the train step; one row with tokens_per_s, step_time_s, mfu, peak_flops, ..."""
+  check_choice("model_size", model_size, tuple(MODELS))
+  check_positive(steps=steps, windows=windows)
   c, seq_len = config(model_size, attention)
   ladder.validate(c.rung, c.model)
   model = ladder.build(c.rung, c.model)
@@ -147,6 +155,7 @@ SUITE = Suite(
   run=run,
   sizes={
     "gpt_small": dict(model_size="gpt_small"),
+    "gpt2_small": dict(model_size="gpt2_small"),
     "tiny": dict(model_size="tiny", steps=2, windows=1),
   },
   columns=(

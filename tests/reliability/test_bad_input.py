@@ -5,20 +5,20 @@ Each row: entry point, what is given, the field its one-line message must name, 
 no traceback; with --debug the traceback is shown). The API rows expect a ValueError (or
 an OSError for a missing file) whose message is one line naming the field.
 
-Not covered here: the bench CLI (`python -m experiments.bench`, on branch `attention`, not
-yet on main); its rows belong in this table once it lands. `experiments.bench_loader.run`
-is covered.
+`python -m experiments.bench` rows run as subprocesses too (exit 2, one line); its suites'
+arguments are checked through `experiments.bench.run_suite`, which runs nothing until they pass.
 """
 
 import concurrent.futures
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import bench_loader
+from experiments import bench, bench_loader
 from jaxformer import data, ladder
 from jaxformer.interop import gpt2
 from jaxformer.train import loop
@@ -28,6 +28,7 @@ from tests.train.train_helpers import REPO, TINY_TASK, main_command, tiny_config
 
 DEFAULT = f"{REPO}/experiments/configs/default.py"
 NO_WORKDIR = "<no --workdir>"
+CLI = ("main", "bench")  # entry points run as subprocesses
 D = 16  # width of the GPT-2 state dicts below
 
 # fmt: off
@@ -58,6 +59,23 @@ CATALOGUE = [
    "leaves not in the checkpoint, e.g. state['opt_state']", 2),
   ("main", "--debug shows the traceback", ["--config.learning_rate=nan", "--debug"],
    "learning_rate=nan", 1),
+  # --- python -m experiments.bench ARGS ------------------------------------------------------
+  ("bench", "unknown suite", ["flash"], "argument suite: invalid choice: 'flash'", 2),
+  ("bench", "malformed --set", ["attention", "--set", "block_size"], "argument --set", 2),
+  ("bench", "zero length", ["attention", "--lengths", "0"], "lengths=(0,)", 2),
+  ("bench", "unknown parameter", ["decode", "--lengths", "64"], "lengths: not a parameter", 2),
+  # --- experiments.bench.run_suite(suite, size, overrides) -------------------------------------
+  ("run_suite", "unknown size", ("attention", "huge", {}), "size='huge'", None),
+  ("run_suite", "unknown impl", ("attention", None, {"impls": ("flash",)}), "impls=('flash',)",
+   None),
+  ("run_suite", "negative size", ("attention", None, {"heads": -1}), "heads=-1", None),
+  ("run_suite", "unknown model size", ("decode", None, {"model_size": "huge"}),
+   "model_size='huge'", None),
+  ("run_suite", "position off the chunk", ("decode", "tiny", {"positions": (65,)}),
+   "positions=(65,)", None),
+  ("run_suite", "zero steps", ("train", "tiny", {"steps": 0}), "steps=0", None),
+  ("run_suite", "unknown attention", ("train", "tiny", {"attention": "flash"}),
+   "model.attention='flash'", None),
   # --- jaxformer.data.get_dataset(spec, split) ----------------------------------------------
   ("get_dataset", "unknown task", ("recall:seq_len=8", "train"), "task='recall'", None),
   ("get_dataset", "unknown field", ("mqar:vocab=32", "train"), "mqar.vocab", None),
@@ -123,7 +141,9 @@ def _fill(text, ctx):
   return text.format(**ctx) if isinstance(text, str) else text
 
 
-def _command(args, workdir, ctx):
+def _command(entry, args, workdir, ctx):
+  if entry == "bench":
+    return [sys.executable, "-m", "experiments.bench", *args], 1
   cmd, devices = main_command(workdir, rung="softmax"), 1
   for arg in args:
     arg = _fill(arg, ctx)
@@ -142,11 +162,11 @@ def _command(args, workdir, ctx):
 
 @pytest.fixture(scope="module")
 def cli_results(ctx):
-  """{row id: (returncode, stderr)} of every main row, two processes at a time."""
-  rows = [row for row in CATALOGUE if row[0] == "main"]
+  """{row id: (returncode, stderr)} of every command-line row, two processes at a time."""
+  rows = [row for row in CATALOGUE if row[0] in CLI]
 
   def run(i, row):
-    cmd, devices = _command(row[2], os.path.join(ctx["tmp"], f"run{i}"), ctx)
+    cmd, devices = _command(row[0], row[2], os.path.join(ctx["tmp"], f"run{i}"), ctx)
     proc = h.start(cmd, ctx["data_dir"], devices=devices)
     code, _, err = h.finish(proc)
     return _id(row), (code, err)
@@ -199,6 +219,8 @@ def _call(entry, given, ctx, model):
     if how == "reshape":
       state[f"transformer.{name}"] = np.zeros((D, D + 1), np.float32)
     return gpt2.load(state, num_heads=heads)
+  if entry == "run_suite":
+    return bench.run_suite(*given)
   if entry == "bench_loader.run":
     kwargs = {"spec": TINY_TASK, "batch_size": 8, "steps": 1, **given}
     return bench_loader.run(data_dir=ctx["data_dir"], **kwargs)
@@ -210,7 +232,7 @@ def test_bad_input_fails_with_one_line_naming_the_field(
   entry, case, given, field, code, request, ctx
 ):
   field = _fill(field, ctx)
-  if entry == "main":
+  if entry in CLI:
     returncode, err = request.getfixturevalue("cli_results")[_id((entry, case))]
     assert returncode == code, err[-3000:]
     if "--debug" in given:
