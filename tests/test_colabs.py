@@ -59,7 +59,7 @@ def _evals(name):
 # notebook -> (parameter overrides, expression printed as JSON, check of the parsed value)
 CASES = {
   "00_tour": (
-    SMALL_TRAIN | {"COMPARE": ("rnn", "transformer")},
+    SMALL_TRAIN | {"COMPARE": {"rnn": ("rnn", {}), "transformer": ("transformer", {})}},
     "{'counts': counts,"
     " 'evals': {r: [list(map(float, e)) for e in s['evals']] for r, s in results.items()}}",
     lambda v: (
