@@ -92,8 +92,8 @@ def model_overrides(config, vocab_size, w2):
     "num_heads": config.num_heads,
     "d_ff": config.d_ff if w2 else config.d_model,
     "mlp_w2": w2,
-    "norm": "pre",  # layer norm before each mixer and the output, for both models alike:
-    "final_norm": True,  # without it the 0.02-scale embeddings slow learning badly
+    "norm": "pre",  # layer norm before each mixer and the output, for both models alike
+    "final_norm": True,
   }
 
 

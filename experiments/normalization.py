@@ -137,8 +137,8 @@ def run(config, workdir):
     "d_model": config.d_model,
     "num_heads": config.num_heads,
     "num_layers": config.num_layers,
-    "norm": "pre",  # layer norm before each mixer and the output, for every model alike:
-    "final_norm": True,  # without it the 0.02-scale embeddings stall recall for long
+    "norm": "pre",  # layer norm before each mixer and the output, for every model alike
+    "final_norm": True,
   }
   fields = {
     "seed": config.seed,

@@ -92,8 +92,8 @@ def model_overrides(config):
     "num_heads": config.num_heads,
     "num_layers": config.num_layers,
     "normalizer": "softmax",  # the same for all three: only f's argument differs
-    "norm": "pre",  # layer norm before each mixer and the output, for all three alike:
-    "final_norm": True,  # without it the 0.02-scale embeddings stall every rung for long
+    "norm": "pre",  # layer norm before each mixer and the output, for all three alike
+    "final_norm": True,
   }
 
 
