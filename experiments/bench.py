@@ -5,6 +5,7 @@
   python -m experiments.bench decode --size tiny --json
   python -m experiments.bench train --set attention=blockwise
   python -m experiments.bench all              # every suite at its default size
+  python -m experiments.bench train --cpu-devices 2   # data parallel, one device per CPU core
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
 A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
@@ -15,6 +16,7 @@ import argparse
 import ast
 import inspect
 import json
+import os
 import sys
 
 from jaxformer import ladder
@@ -99,9 +101,19 @@ def main(argv=None):
     metavar="KEY=VALUE",
     help="any other run() keyword, e.g. --set block_size=256 --set dtype=bfloat16",
   )
+  parser.add_argument(
+    "--cpu-devices",
+    type=int,
+    default=0,
+    metavar="N",
+    help="CPU only: N single-threaded devices (one per core) instead of XLA's one "
+    "multi-threaded device; the train suite then runs data parallel over them",
+  )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
   parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
   args = parser.parse_args(argv)
+  if args.cpu_devices:
+    cpu_devices(args.cpu_devices)
   try:
     _run(args)
   except (BenchError, ladder.ConfigError) as e:
@@ -109,6 +121,23 @@ def main(argv=None):
       raise
     print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
     sys.exit(USAGE)
+
+
+def cpu_devices(count):
+  """XLA flags for `count` single-threaded CPU devices; must run before jax starts its
+  backend (nothing has been computed yet when main() parses its flags)."""
+  if count < 1:
+    _Parser().exit(USAGE, f"error: --cpu-devices={count}: expected a positive integer\n")
+  if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+    _Parser().exit(USAGE, "error: --cpu-devices: XLA_FLAGS already sets a device count\n")
+  os.environ["XLA_FLAGS"] = " ".join(
+    [
+      os.environ.get("XLA_FLAGS", ""),
+      f"--xla_force_host_platform_device_count={count}",
+      "--xla_cpu_multi_thread_eigen=false",
+      "intra_op_parallelism_threads=1",
+    ]
+  ).strip()
 
 
 def _run(args):
@@ -119,7 +148,12 @@ def _run(args):
     overrides["impls"] = args.impls
   names = list(SUITES) if args.suite == "all" else [args.suite]
   size = args.size if args.suite != "all" else None
-  plans = {name: resolve(name, size, overrides) for name in names}  # every suite checked first
+  plans = {}  # every suite is checked before anything is measured
+  for name in names:
+    mine = dict(overrides)
+    if args.cpu_devices and "devices" in inspect.signature(SUITES[name].run).parameters:
+      mine.setdefault("devices", args.cpu_devices)
+    plans[name] = resolve(name, size, mine)
   results = {}
   for name, (size, kwargs) in plans.items():
     rows = SUITES[name].run(**kwargs)

@@ -19,9 +19,11 @@ import time
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxformer import ladder
-from jaxformer.bench import Suite, check_choice, check_positive
+from jaxformer.bench import BenchError, Suite, check_choice, check_positive
 from jaxformer.train import metrics, optimizer, step
 
 MODELS = {
@@ -64,39 +66,59 @@ def config(size="gpt_small", attention=None):
   return c, spec["seq_len"]
 
 
-def measure_peak(dtype, repeats=2):
-  """Matmul FLOP/s now: the training loop's own reference (metrics.measure_matmul_peak,
-  uncached so that it can be measured again) at a few square sizes, the best of them."""
-  accel = jax.devices()[0].platform != "cpu"
-  sizes = ACCEL_PEAK_SIZES if accel else CPU_PEAK_SIZES
-  measure = metrics.measure_matmul_peak.__wrapped__
-  return max(measure(size=n, dtype=dtype, repeats=repeats) for n in sizes)
+def matmul_peak(mesh, dtype, clock=time.perf_counter, sizes=None, repeats=2):
+  """Matmul FLOP per second of `clock` on all of the mesh's devices at once: the rows of an
+  (n x devices) x n operand are split over them, so each multiplies its own n x n block; the
+  best of a few square sizes n, so the peak is not understated. `clock` is wall time
+  (time.perf_counter) or process CPU time (time.process_time, all threads)."""
+  accel = mesh.devices.flat[0].platform != "cpu"
+  rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+  calls = 10 if accel else 1  # amortize dispatch where a matmul takes a millisecond
+  best = 0.0
+  for n in sizes or (ACCEL_PEAK_SIZES if accel else CPU_PEAK_SIZES):
+    key_a, key_b = jax.random.split(jax.random.key(n))
+    a = jax.device_put(jax.random.normal(key_a, (n * mesh.size, n), dtype), rows)
+    b = jax.device_put(jax.random.normal(key_b, (n, n), dtype), replicated)
+    matmul = jax.jit(jnp.matmul, out_shardings=rows)
+    jax.block_until_ready(matmul(a, b))
+    for _ in range(repeats):
+      start = clock()
+      for _ in range(calls):
+        out = matmul(a, b)
+      jax.block_until_ready(out)
+      best = max(best, 2 * n**3 * mesh.size * calls / max(clock() - start, 1e-9))
+  return best
 
 
-def cpu_time_peak(dtype, n=None, repeats=3):
-  """Matmul FLOP per second of process CPU time (all threads), for `mfu_cpu_time`."""
-  n = n or CPU_PEAK_SIZES[-1]
-  a = jax.random.normal(jax.random.key(n), (n, n), dtype)
-  matmul = jax.jit(jnp.matmul)
-  jax.block_until_ready(matmul(a, a))
-  best = float("inf")
-  for _ in range(repeats):
-    cpu = time.process_time()
-    jax.block_until_ready(matmul(a, a))
-    best = min(best, time.process_time() - cpu)
-  return 2 * n**3 / max(best, 1e-9)
+def run(model_size="gpt_small", steps=3, windows=5, attention=None, devices=1):
+  """Times the train step; one row with tokens_per_s, step_time_s, mfu, peak_flops, ...
 
-
-def run(model_size="gpt_small", steps=3, windows=5, attention=None):
-  """Times the train step; one row with tokens_per_s, step_time_s, mfu, peak_flops, ..."""
+  devices > 1: data parallel over the first `devices` devices (the batch split over them,
+  the state replicated, gradients all-reduced). On a CPU, `python -m experiments.bench
+  --cpu-devices N` makes one single-threaded device per core for this.
+  """
   check_choice("model_size", model_size, tuple(MODELS))
-  check_positive(steps=steps, windows=windows)
+  check_positive(steps=steps, windows=windows, devices=devices)
   c, seq_len = config(model_size, attention)
   ladder.validate(c.rung, c.model)
+  if devices > jax.device_count():
+    raise BenchError(
+      f"devices={devices}: only {jax.device_count()} device(s); on a CPU run "
+      f"`python -m experiments.bench train --cpu-devices {devices}`"
+    )
+  if c.batch_size % devices:
+    raise BenchError(f"devices={devices}: must divide the batch of {c.batch_size}")
+  mesh = jax.make_mesh(
+    (devices,), ("data",), axis_types=(AxisType.Auto,), devices=jax.devices()[:devices]
+  )
+  replicated = NamedSharding(mesh, P())
   model = ladder.build(c.rung, c.model)
   tx = optimizer.make(c)
   batch_shape = (c.batch_size, seq_len)
-  init = jax.jit(lambda rng: nn.meta.unbox(step.init_state(model, tx, rng, batch_shape)))
+  init = jax.jit(
+    lambda rng: nn.meta.unbox(step.init_state(model, tx, rng, batch_shape)),
+    out_shardings=replicated,
+  )
   state = init(jax.random.key(0))
   tokens = jax.random.randint(jax.random.key(1), (c.batch_size, seq_len + 1), 0, c.model.vocab_size)
   batch = {
@@ -104,7 +126,12 @@ def run(model_size="gpt_small", steps=3, windows=5, attention=None):
     "targets": tokens[:, 1:],
     "mask": jnp.ones(batch_shape, jnp.float32),
   }
-  train_step = jax.jit(functools.partial(step.train_step, model=model, tx=tx), donate_argnums=0)
+  batch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+  train_step = jax.jit(
+    functools.partial(step.train_step, model=model, tx=tx),
+    donate_argnums=0,
+    out_shardings=replicated,
+  )
 
   start = time.perf_counter()
   state, out = train_step(state, batch)
@@ -122,7 +149,8 @@ def run(model_size="gpt_small", steps=3, windows=5, attention=None):
   flops_per_step = metrics.flops_per_token(c.rung, c.model, seq_len, params) * tokens_per_step
   measured = []
   for _ in range(windows):
-    peak, peak_cpu = measure_peak(dtype), cpu_time_peak(dtype)
+    peak = matmul_peak(mesh, dtype)
+    peak_cpu = matmul_peak(mesh, dtype, time.process_time, CPU_PEAK_SIZES[-1:], repeats=3)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
       state, out = train_step(state, batch)
@@ -134,6 +162,7 @@ def run(model_size="gpt_small", steps=3, windows=5, attention=None):
     {
       "rung": c.rung,
       "attention": c.model.attention,
+      "devices": devices,
       "params": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
       "batch": c.batch_size,
       "seq_len": seq_len,
@@ -169,6 +198,7 @@ SUITE = Suite(
   },
   columns=(
     "attention",
+    "devices",
     "params",
     "step_time_s",
     "tokens_per_s",

@@ -24,3 +24,13 @@ def test_train_suite_tiny(monkeypatch):
   want = metrics.flops_per_token("transformer", c.model, seq_len, matmul_params)
   assert want == 6 * matmul_params + attention
   assert r["flops_per_step"] == want * r["batch"] * seq_len
+
+
+def test_train_suite_data_parallel_takes_the_same_step(monkeypatch):
+  """Split over 2 devices, the batch gives the single-device loss: the gradients are
+  all-reduced, not averaged per device and lost."""
+  monkeypatch.setattr(train_bench, "CPU_PEAK_SIZES", (128,))
+  one, two = (train_bench.run("tiny", steps=1, windows=1, devices=n)[0] for n in (1, 2))
+  assert (one["devices"], two["devices"]) == (1, 2)
+  assert two["final_loss"] == pytest.approx(one["final_loss"], rel=1e-5)
+  assert math.isfinite(two["mfu"]) and two["peak_flops"] > 0

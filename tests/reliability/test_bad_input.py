@@ -76,6 +76,10 @@ CATALOGUE = [
   ("run_suite", "zero steps", ("train", "tiny", {"steps": 0}), "steps=0", None),
   ("run_suite", "unknown attention", ("train", "tiny", {"attention": "flash"}),
    "model.attention='flash'", None),
+  ("run_suite", "more devices than exist", ("train", "tiny", {"devices": 64}), "devices=64",
+   None),
+  ("run_suite", "devices not dividing the batch", ("train", "tiny", {"devices": 3}),
+   "devices=3", None),
   # --- jaxformer.data.get_dataset(spec, split) ----------------------------------------------
   ("get_dataset", "unknown task", ("recall:seq_len=8", "train"), "task='recall'", None),
   ("get_dataset", "unknown field", ("mqar:vocab=32", "train"), "mqar.vocab", None),
