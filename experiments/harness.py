@@ -30,7 +30,7 @@ def train_config(rung, task, model=None, **fields):
 
   A field name that does not exist raises (ConfigDict refuses new keys on a locked dict).
   """
-  from experiments.configs import default  # the training config (branch `training`)
+  from experiments.configs import default  # the training config
 
   config = default.get_config(f"rung={rung}")
   config.task = task

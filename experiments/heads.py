@@ -118,7 +118,7 @@ def value_cache_bytes(model, params, tokens_BL):
   """Bytes of the value arrays in a real decoding cache (jaxformer.decode) after a prefill
   of tokens_BL: every layer's 'values' leaf, the r-dim (or D-dim) per-head values kept per
   token. Keys and position counters are left out."""
-  from jaxformer import decode  # branch `decode`
+  from jaxformer import decode
 
   cache = decode.init_cache(model, tokens_BL.shape[0], tokens_BL.shape[1])
   prefill = jax.jit(lambda p, c, t: decode.decode_step(model, p, c, t))

@@ -7,7 +7,7 @@ For each position P the model has already seen P tokens; we time the next token:
 - recompute: one forward pass over all P + 1 tokens (what a model without a cache does).
 The cache is allocated once for `max_len` tokens, as `generate` does for a whole run, and
 every step reads all of its slots (masked beyond P): the per-token cost is flat in P by
-construction, and the price is paid at small P. Targets (docs/benchmarks.md):
+construction, and the price is paid at small P. Targets (BENCHMARKS.md):
 latency(2048) <= 1.3 x latency(64), and cached >= 10x faster than recompute at P = 1024.
 """
 

@@ -189,7 +189,7 @@ SUITE = Suite(
   run=run,
   sizes={
     # blockwise attention skips the causal mask's empty blocks; on the 2-core CPU it beat the
-    # materialized 'generic' form by 3-7% of the step in interleaved A/B runs (docs/benchmarks.md)
+    # materialized 'generic' form by 3-7% of the step in interleaved A/B runs (BENCHMARKS.md)
     "gpt_small": dict(model_size="gpt_small", attention="blockwise"),
     "gpt_small_generic": dict(model_size="gpt_small"),
     # on a GPU: jax.nn.dot_product_attention (cuDNN where it applies)
