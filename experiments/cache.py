@@ -219,12 +219,7 @@ def run(config, workdir):
       "matrix_sum",
       task,
       model_fields,
-      seed=config.seed,
-      batch_size=config.batch_size,
-      learning_rate=config.learning_rate,
-      total_steps=config.total_steps,
-      eval_every=config.eval_every,
-      early_stop_accuracy=config.early_stop_accuracy,
+      **harness.schedule(config),
     )
     accuracy[name] = harness.accuracy(summary)
     steps[name] = summary["final_step"]

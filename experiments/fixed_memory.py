@@ -140,11 +140,7 @@ def run(config, workdir):
         rung,
         task,
         model,
-        seed=config.seed,
-        batch_size=config.batch_size,
-        total_steps=config.total_steps,
-        eval_every=config.eval_every,
-        early_stop_accuracy=config.early_stop_accuracy,
+        **harness.schedule(config),
       )
       accuracy[name].append(harness.accuracy(summary))
       steps[name].append(summary["final_step"])

@@ -64,6 +64,23 @@ def train(rung, task, model=None, **fields):
   return summary
 
 
+# The training-loop fields an experiment config may set for all of its runs.
+SCHEDULE = (
+  "seed",
+  "batch_size",
+  "learning_rate",
+  "total_steps",
+  "eval_every",
+  "early_stop_accuracy",
+)
+
+
+def schedule(config):
+  """The SCHEDULE fields `config` sets, for `train(rung, task, model, **schedule(config))`;
+  the fields it leaves out keep the training config's defaults."""
+  return {field: config[field] for field in SCHEDULE if field in config}
+
+
 def cost(summary):
   """'N steps, X cpu-s': what a run cost, for the progress lines."""
   return f"{summary['final_step']} steps, {summary['cpu_seconds']:.1f} cpu-s"

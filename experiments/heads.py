@@ -185,11 +185,7 @@ def run(config, workdir):
       rung,
       task,
       model,
-      seed=config.seed,
-      batch_size=config.batch_size,
-      total_steps=config.total_steps,
-      eval_every=config.eval_every,
-      early_stop_accuracy=config.early_stop_accuracy,
+      **harness.schedule(config),
     )
     accuracy[key], steps[key] = harness.accuracy(summary), summary["final_step"]
     cache[key] = value_cache_bytes(summary["model"], summary["params"], batch)

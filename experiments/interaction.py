@@ -176,12 +176,7 @@ def run(config, workdir):
       "matrix_sum",
       task,
       model_overrides(config, interaction),
-      seed=config.seed,
-      batch_size=config.batch_size,
-      learning_rate=config.learning_rate,
-      total_steps=config.total_steps,
-      eval_every=config.eval_every,
-      early_stop_accuracy=config.early_stop_accuracy,
+      **harness.schedule(config),
     )
     accuracy[interaction] = harness.accuracy(summary)
     steps[interaction] = summary["final_step"]

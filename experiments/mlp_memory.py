@@ -210,11 +210,7 @@ def run(config, workdir):
       "mlp_kv",
       task,
       model_overrides(config, vocab, w2),
-      seed=config.seed,
-      batch_size=config.batch_size,
-      total_steps=config.total_steps,
-      eval_every=config.eval_every,
-      learning_rate=config.learning_rate,
+      **harness.schedule(config),
     )
     eval_loss[key] = float(summary["final_eval_loss"])
     eval_acc[key] = harness.accuracy(summary)

@@ -141,14 +141,8 @@ def run(config, workdir):
     "norm": "pre",  # layer norm before each mixer and the output, for every model alike
     "final_norm": True,
   }
-  fields = {
-    "seed": config.seed,
-    "batch_size": config.batch_size,
-    "total_steps": config.total_steps,
-    "eval_every": config.eval_every,
-    "early_stop_accuracy": config.early_stop_accuracy,
-    "skip_nonfinite": True,  # a blown-up sum is a result here, not a crash
-  }
+  # a blown-up sum is a result here, not a crash
+  fields = dict(harness.schedule(config), skip_nonfinite=True)
   accuracy = {n: {} for n in NORMALIZERS}
   steps = {n: {} for n in NORMALIZERS}
   tau_accuracy, tau_entropy, cpu = {}, {}, 0.0

@@ -202,12 +202,7 @@ def run(config, workdir):
       FORMS[form],
       task,
       model,
-      seed=config.seed,
-      batch_size=config.batch_size,
-      learning_rate=config.learning_rate,
-      total_steps=config.total_steps,
-      eval_every=config.eval_every,
-      early_stop_accuracy=config.early_stop_accuracy,
+      **harness.schedule(config),
     )
     accuracy[form] = harness.accuracy(summary)
     steps[form] = summary["final_step"]

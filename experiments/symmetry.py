@@ -159,12 +159,7 @@ def run(config, workdir):
         name,
         task,
         model_overrides(config),
-        seed=config.seed,
-        batch_size=config.batch_size,
-        total_steps=config.total_steps,
-        eval_every=config.eval_every,
-        early_stop_accuracy=config.early_stop_accuracy,
-        learning_rate=config.learning_rate,
+        **harness.schedule(config),
       )
       accuracy[name][task_name] = harness.accuracy(summary)
       steps[name][task_name] = summary["final_step"]
