@@ -5,7 +5,7 @@
   python -m experiments.bench decode --size tiny --json
   python -m experiments.bench train --set attention=blockwise
   python -m experiments.bench all              # every suite at its default size
-  python -m experiments.bench train --cpu-devices 2   # data parallel, one device per CPU core
+  python -m experiments.bench train --cpu-devices 2   # data parallel over 2 CPU devices
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
 A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
@@ -106,8 +106,8 @@ def main(argv=None):
     type=int,
     default=0,
     metavar="N",
-    help="CPU only: N single-threaded devices (one per core) instead of XLA's one "
-    "multi-threaded device; the train suite then runs data parallel over them",
+    help="CPU only: N devices sharing the cores instead of XLA's one; the train suite "
+    "then runs data parallel over them",
   )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
   parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
@@ -124,20 +124,14 @@ def main(argv=None):
 
 
 def cpu_devices(count):
-  """XLA flags for `count` single-threaded CPU devices; must run before jax starts its
-  backend (nothing has been computed yet when main() parses its flags)."""
+  """XLA flags for `count` CPU devices; must run before jax starts its backend (nothing has
+  been computed yet when main() parses its flags). They share the machine's cores."""
   if count < 1:
     _Parser().exit(USAGE, f"error: --cpu-devices={count}: expected a positive integer\n")
   if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
     _Parser().exit(USAGE, "error: --cpu-devices: XLA_FLAGS already sets a device count\n")
-  os.environ["XLA_FLAGS"] = " ".join(
-    [
-      os.environ.get("XLA_FLAGS", ""),
-      f"--xla_force_host_platform_device_count={count}",
-      "--xla_cpu_multi_thread_eigen=false",
-      "intra_op_parallelism_threads=1",
-    ]
-  ).strip()
+  flags = os.environ.get("XLA_FLAGS", "")
+  os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
 
 
 def _run(args):

@@ -94,8 +94,8 @@ def run(model_size="gpt_small", steps=3, windows=5, attention=None, devices=1):
   """Times the train step; one row with tokens_per_s, step_time_s, mfu, peak_flops, ...
 
   devices > 1: data parallel over the first `devices` devices (the batch split over them,
-  the state replicated, gradients all-reduced). On a CPU, `python -m experiments.bench
-  --cpu-devices N` makes one single-threaded device per core for this.
+  the state replicated, gradients all-reduced): several GPUs or TPU cores, or on a CPU the
+  devices `python -m experiments.bench --cpu-devices N` makes.
   """
   check_choice("model_size", model_size, tuple(MODELS))
   check_positive(steps=steps, windows=windows, devices=devices)

@@ -64,6 +64,7 @@ CATALOGUE = [
   ("bench", "malformed --set", ["attention", "--set", "block_size"], "argument --set", 2),
   ("bench", "zero length", ["attention", "--lengths", "0"], "lengths=(0,)", 2),
   ("bench", "unknown parameter", ["decode", "--lengths", "64"], "lengths: not a parameter", 2),
+  ("bench", "negative device count", ["train", "--cpu-devices", "-1"], "--cpu-devices=-1", 2),
   # --- experiments.bench.run_suite(suite, size, overrides) -------------------------------------
   ("run_suite", "unknown size", ("attention", "huge", {}), "size='huge'", None),
   ("run_suite", "unknown impl", ("attention", None, {"impls": ("flash",)}), "impls=('flash',)",
