@@ -78,6 +78,13 @@ def main(argv=None, single=None):
     print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)
     report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
   path = report.write(results, args.workdir)
+  passed = sum(r.verdict == "PASS" for r in results)
+  print(f"\n{passed} of {len(results)} PASS in {sum(r.seconds for r in results):.0f} s")
+  for r in results:
+    failed = [c.description for c in r.criteria if not c.passed]
+    print(
+      f"  {r.experiment:16s} {r.verdict}" + (f"  (failed: {'; '.join(failed)})" if failed else "")
+    )
   print(f"report: {path}")
   return 1 if any(r.crashed for r in results) else 0
 

@@ -1,0 +1,55 @@
+"""The main job's runner: a crash in one experiment is a FAIL in the report, not a lost run."""
+
+import json
+import types
+
+from experiments import report, run_all
+
+
+def _module(name, run):
+  return types.SimpleNamespace(
+    NAME=name, CLAIM=f"{name} claims", get_config=lambda size: {"size": size}, run=run
+  )
+
+
+def _passing(config, workdir):
+  return report.Result(
+    experiment="fixed_memory",
+    claim="fixed_memory claims",
+    setup=f"size={config['size']}",
+    criteria=[report.Criterion("one holds", True, {"value": 1.0})],
+    metrics={"value": 1.0},
+  )
+
+
+def _crashing(config, workdir):
+  raise RuntimeError("out of memory at L=4096")
+
+
+def test_a_crash_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+  modules = {
+    "experiments.fixed_memory": _module("fixed_memory", _passing),
+    "experiments.beyond": _module("beyond", _crashing),
+  }
+  monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
+  code = run_all.main(
+    ["--only", "beyond,fixed_memory", "--size", "tiny", "--workdir", str(tmp_path)]
+  )
+
+  assert code == 1  # a crash makes the run fail ...
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert [(r["experiment"], r["verdict"]) for r in results] == [
+    ("beyond", "FAIL"),
+    ("fixed_memory", "PASS"),  # ... after every other experiment has run
+  ]
+  assert "RuntimeError: out of memory at L=4096" in results[0]["metrics"]["error"]
+  text = (tmp_path / "report.md").read_text()
+  assert "1 of 2 experiments PASS" in text and "out of memory" in text
+  out = capsys.readouterr().out
+  assert "1 of 2 PASS" in out and "beyond           FAIL  (failed: ran to completion" in out
+
+
+def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
+  assert run_all.main(["--only", "fixed_memroy", "--workdir", str(tmp_path)]) == 2
+  assert "unknown experiment(s) ['fixed_memroy']" in capsys.readouterr().out
+  assert not (tmp_path / "results.json").exists()
