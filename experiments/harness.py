@@ -35,7 +35,7 @@ def train_config(rung, task, model=None, **fields):
   config = default.get_config(f"rung={rung}")
   config.task = task
   # The experiments report accuracy, not MFU: a nominal peak skips the loop's matmul
-  # measurement (which also fails inside a multi-device mesh, see the report).
+  # measurement.
   config.peak_flops_per_device = 1e11
   with config.model.unlocked():
     for key, value in (model or {}).items():

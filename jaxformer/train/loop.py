@@ -68,6 +68,10 @@ def train(config, workdir=None):
   seq_len = train_ds.seq_len
   tokens_per_step = config.batch_size * seq_len
 
+  # Outside the mesh context: a measured peak is a single-device matmul, which jit refuses to
+  # place on one device while a multi-device mesh is the context.
+  peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device)
+
   with sharding.active(mesh):
     # --- model ------------------------------------------------------------------------------
     program = program_lib.build(config, mesh, (config.batch_size, seq_len))
@@ -94,7 +98,6 @@ def train(config, workdir=None):
       seq_len,
       metrics_lib.matmul_param_count(state["params"], config.model.tie_embeddings),
     )
-    peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device)
     writer = metrics_lib.Writer(workdir, enabled=lead, resume_step=first_step if restored else None)
     progress = metrics_lib.Progress(
       config.total_steps, first_step, every=config.log_every, enabled=lead and workdir is not None

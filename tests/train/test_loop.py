@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxformer.train import checkpoint, loop, step
+from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from tests.train.train_helpers import tiny_config
 
@@ -46,6 +47,22 @@ def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monke
   again = loop.train(config, None)
   assert again["losses"] == summary["losses"]
   assert len(program_lib._PROGRAMS) == 1
+
+
+def test_measured_peak_on_a_multi_device_mesh(data_dir, monkeypatch):
+  """Without a configured peak the loop measures one device's matmul, before it enters the
+  8-device mesh (inside it, jit refuses a single-device matmul)."""
+  measured = []
+  real = metrics_lib.measure_matmul_peak.__wrapped__
+
+  def small_peak(*args, **kwargs):
+    measured.append(real(size=128, repeats=1))
+    return measured[-1]
+
+  monkeypatch.setattr(metrics_lib, "measure_matmul_peak", small_peak)
+  summary = loop.train(_config(data_dir, peak_flops_per_device=None), None)
+  assert len(measured) == 1 and measured[0] > 0
+  assert np.isfinite(summary["mfu"]) and summary["mfu"] > 0
 
 
 def test_early_stop_at_first_eval_reaching_accuracy(data_dir):
