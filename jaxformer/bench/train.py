@@ -67,27 +67,11 @@ def config(size="gpt_small", attention=None):
 
 
 def matmul_peak(mesh, dtype, clock=time.perf_counter, sizes=None, repeats=2):
-  """Matmul FLOP per second of `clock` on all of the mesh's devices at once: the rows of an
-  (n x devices) x n operand are split over them, so each multiplies its own n x n block; the
-  best of a few square sizes n, so the peak is not understated. `clock` is wall time
-  (time.perf_counter) or process CPU time (time.process_time, all threads)."""
+  """The best `metrics.matmul_flops` (all of the mesh's devices at once) over a few square
+  sizes, so the peak is not understated."""
   accel = mesh.devices.flat[0].platform != "cpu"
-  rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-  calls = 10 if accel else 1  # amortize dispatch where a matmul takes a millisecond
-  best = 0.0
-  for n in sizes or (ACCEL_PEAK_SIZES if accel else CPU_PEAK_SIZES):
-    key_a, key_b = jax.random.split(jax.random.key(n))
-    a = jax.device_put(jax.random.normal(key_a, (n * mesh.size, n), dtype), rows)
-    b = jax.device_put(jax.random.normal(key_b, (n, n), dtype), replicated)
-    matmul = jax.jit(jnp.matmul, out_shardings=rows)
-    jax.block_until_ready(matmul(a, b))
-    for _ in range(repeats):
-      start = clock()
-      for _ in range(calls):
-        out = matmul(a, b)
-      jax.block_until_ready(out)
-      best = max(best, 2 * n**3 * mesh.size * calls / max(clock() - start, 1e-9))
-  return best
+  sizes = sizes or (ACCEL_PEAK_SIZES if accel else CPU_PEAK_SIZES)
+  return max(metrics.matmul_flops(mesh, n, dtype, repeats, clock) for n in sizes)
 
 
 def run(model_size="gpt_small", steps=3, windows=5, attention=None, devices=1):

@@ -24,6 +24,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxformer import ladder
 
@@ -58,30 +60,42 @@ def flops_per_token(rung, model_config, seq_len, matmul_params):
   return 6 * matmul_params + mixer_layers * per_layer
 
 
+def matmul_flops(mesh, size, dtype, repeats=5, clock=time.perf_counter):
+  """FLOP per second of `clock` of a square matmul on every device of `mesh` at once (best
+  of `repeats`): the rows of a (size x devices) x size operand are split over the devices,
+  so each multiplies its own size x size block. `clock`: wall time (time.perf_counter) or
+  process CPU time (time.process_time, all threads)."""
+  accel = mesh.devices.flat[0].platform != "cpu"
+  rows, replicated = NamedSharding(mesh, P(mesh.axis_names[0])), NamedSharding(mesh, P())
+  key_a, key_b = jax.random.split(jax.random.key(size))
+  a = jax.device_put(jax.random.normal(key_a, (size * mesh.size, size), dtype), rows)
+  b = jax.device_put(jax.random.normal(key_b, (size, size), dtype), replicated)
+  matmul = jax.jit(jnp.matmul, out_shardings=rows)
+  jax.block_until_ready(matmul(a, b))
+  calls = 10 if accel else 1  # amortize dispatch where a matmul takes a millisecond
+  best = math.inf
+  for _ in range(repeats):
+    start = clock()
+    for _ in range(calls):
+      out = matmul(a, b)
+    jax.block_until_ready(out)
+    best = min(best, (clock() - start) / calls)
+  return 2 * size**3 * mesh.size / max(best, 1e-9)
+
+
 @functools.cache
 def measure_matmul_peak(size=None, dtype=None, repeats=5):
   """Measured FLOP/s of one device on a square matmul (best of `repeats`).
 
   Defaults: 1024 float32 on CPU, 8192 bfloat16 on accelerators. Cached per process,
-  so the bench suite and the loop pay for it once.
+  so the loop pays for it once.
   """
   device = jax.local_devices()[0]
   accel = device.platform != "cpu"
   size = size or (8192 if accel else 1024)
   dtype = dtype or (jnp.bfloat16 if accel else jnp.float32)
-  keys = jax.random.split(jax.random.key(0))
-  a, b = (jax.device_put(jax.random.normal(k, (size, size), dtype), device) for k in keys)
-  matmul = jax.jit(jnp.matmul)
-  matmul(a, b).block_until_ready()
-  calls = 10 if accel else 1  # amortize dispatch where a matmul takes a millisecond
-  best = math.inf
-  for _ in range(repeats):
-    start = time.perf_counter()
-    for _ in range(calls):
-      out = matmul(a, b)
-    out.block_until_ready()
-    best = min(best, (time.perf_counter() - start) / calls)
-  return 2 * size**3 / best
+  mesh = jax.make_mesh((1,), ("devices",), axis_types=(AxisType.Auto,), devices=[device])
+  return matmul_flops(mesh, size, dtype, repeats)
 
 
 def system_peak(mesh, peak_flops_per_device=None):
