@@ -137,14 +137,6 @@ def model_overrides(config, overrides):
   }
 
 
-def task_spec(config):
-  return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={config.seq_len},"
-    f"num_kv_pairs={config.num_kv_pairs},num_examples={config.num_examples},"
-    f"num_test_examples={config.num_test_examples},seed={config.seed}"
-  )
-
-
 def measure_cache(model, params, prompts_BL):
   """Prefills the prompts into a fresh cache; bytes of all, key and value arrays."""
   cache = decode.init_cache(model, prompts_BL.shape[0], prompts_BL.shape[1])
@@ -206,7 +198,7 @@ def criteria(metrics, config):
 
 def run(config, workdir):
   article = article_arithmetic()
-  task = task_spec(config)
+  task = harness.mqar_task(config)
   from jaxformer import data  # the test prompts the caches are filled with
 
   prompts_BL = harness.read_inputs(data.get_dataset(task, "test"), range(config.decode_batch))

@@ -88,14 +88,6 @@ def model_layers(rung, config):
   return config.num_layers - 1 if rung == "rnn_attention" else config.num_layers
 
 
-def task_spec(config, pairs, length):
-  return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={length},num_kv_pairs={pairs},"
-    f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
-    f"seed={config.seed}"
-  )
-
-
 def criteria(metrics, config):
   """PASS iff attention holds everywhere and each RNN fails at the largest point, having
   dropped by RNN_DROP from the smallest. metrics['accuracy'][model] lists the grid."""
@@ -131,7 +123,7 @@ def run(config, workdir):
   steps = {m: [] for m in config.models}
   cpu = 0.0
   for pairs, length in config.grid:
-    task = task_spec(config, pairs, length)
+    task = harness.mqar_task(config, length, pairs)
     for name in config.models:
       rung, overrides = MODELS[name]
       model = dict(overrides, vocab_size=config.vocab_size, max_len=max(L for _, L in config.grid))

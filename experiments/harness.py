@@ -81,6 +81,18 @@ def schedule(config):
   return {field: config[field] for field in SCHEDULE if field in config}
 
 
+def mqar_task(config, seq_len=None, num_kv_pairs=None):
+  """The MQAR spec of an experiment config (its vocab_size, seq_len, num_kv_pairs,
+  num_examples, num_test_examples and seed); a grid point passes its own seq_len or pairs."""
+  seq_len = config.seq_len if seq_len is None else seq_len
+  num_kv_pairs = config.num_kv_pairs if num_kv_pairs is None else num_kv_pairs
+  return (
+    f"mqar:vocab_size={config.vocab_size},seq_len={seq_len},num_kv_pairs={num_kv_pairs},"
+    f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
+    f"seed={config.seed}"
+  )
+
+
 def cost(summary):
   """'N steps, X cpu-s': what a run cost, for the progress lines."""
   return f"{summary['final_step']} steps, {summary['cpu_seconds']:.1f} cpu-s"

@@ -167,11 +167,7 @@ def run(config, workdir):
   if config.d_model // 4 not in config.ranks:
     raise ValueError(f"ranks={config.ranks}: must include D // 4 = {config.d_model // 4}")
   gap, max_logit = equivalence_gap(config)
-  task = (
-    f"mqar:vocab_size={config.vocab_size},seq_len={config.seq_len},"
-    f"num_kv_pairs={config.num_kv_pairs},num_examples={config.num_examples},"
-    f"num_test_examples={config.num_test_examples},seed={config.seed}"
-  )
+  task = harness.mqar_task(config)
   runs = [("summed", "softmax", config.d_model)] + [(str(r), "concat_wo", r) for r in config.ranks]
   from jaxformer import data, decode
 

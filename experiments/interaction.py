@@ -81,14 +81,6 @@ def get_config(size="cpu"):
   return c
 
 
-def task_spec(config):
-  return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={config.seq_len},"
-    f"num_kv_pairs={config.num_kv_pairs},num_examples={config.num_examples},"
-    f"num_test_examples={config.num_test_examples},seed={config.seed}"
-  )
-
-
 def model_overrides(config, interaction):
   """The matrix_sum rung with one head, a softmax over the sources and pre-layer-norm."""
   model = {
@@ -168,7 +160,7 @@ def run(config, workdir):
   surfaces = {name: f(x1, x3) for name, f in FUNCTIONS.items()}
   share = {name: interaction_share(z) for name, z in surfaces.items()}
 
-  task = task_spec(config)
+  task = harness.mqar_task(config)
   accuracy, steps, curves = {}, {}, {}
   cpu = 0.0
   for interaction in config.interactions:

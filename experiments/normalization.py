@@ -76,14 +76,6 @@ def rank(config):
   return config.d_model // config.num_heads
 
 
-def task_spec(config, length):
-  return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={length},num_kv_pairs={config.num_kv_pairs},"
-    f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
-    f"seed={config.seed}"
-  )
-
-
 def attention_entropy(model, params, tokens_BL):
   """Mean entropy (nats) of the attention rows a_L. over every layer, head and receiver."""
   _, inter = harness.intermediates(model, params, tokens_BL)
@@ -150,7 +142,7 @@ def run(config, workdir):
   for length in config.lengths:
     for normalizer in NORMALIZERS:
       summary = harness.train(
-        "softmax", task_spec(config, length), dict(base, normalizer=normalizer), **fields
+        "softmax", harness.mqar_task(config, length), dict(base, normalizer=normalizer), **fields
       )
       accuracy[normalizer][str(length)] = harness.accuracy(summary)
       steps[normalizer][str(length)] = summary["final_step"]
@@ -170,7 +162,7 @@ def run(config, workdir):
       continue
     summary = harness.train(
       "softmax",
-      task_spec(config, short),
+      harness.mqar_task(config, short),
       dict(base, normalizer="softmax", temperature=tau),
       **fields,
     )
@@ -245,7 +237,7 @@ def run(config, workdir):
 def _test_tokens(config, length, count=64):
   from jaxformer import data
 
-  test = data.get_dataset(task_spec(config, length), "test")
+  test = data.get_dataset(harness.mqar_task(config, length), "test")
   return harness.read_inputs(test, range(min(count, len(test))))
 
 

@@ -143,14 +143,6 @@ def loglog_slope(widths, counts):
   return float(np.polyfit(np.log(widths), np.log(counts), 1)[0])
 
 
-def task_spec(config):
-  return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={config.seq_len},"
-    f"num_kv_pairs={config.num_kv_pairs},num_examples={config.num_examples},"
-    f"num_test_examples={config.num_test_examples},seed={config.seed}"
-  )
-
-
 def criteria(metrics, config):
   counts, formula = metrics["counts"], metrics["closed_form"]
   exact = all(counts[f] == formula[f] for f in FORMS)
@@ -190,7 +182,7 @@ def run(config, workdir):
   print(f"  {NAME}: counted {len(FORMS)} forms at D in {widths}", flush=True)
 
   budget = closed_form("matrix_sum", config.budget_width, config, train=True)
-  task = task_spec(config)
+  task = harness.mqar_task(config)
   accuracy, steps, matched = {}, {}, {}
   cpu = 0.0
   for form in FORMS:
