@@ -19,7 +19,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from jaxformer import data, ladder
+from jaxformer import data, files, ladder
 from jaxformer.train import checkpoint, loop
 
 USAGE = 2  # exit code of a usage error
@@ -101,11 +101,7 @@ def check_workdir(workdir):
   if not workdir:
     raise ladder.ConfigError("--workdir is required (a directory for checkpoints and metrics)")
   try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write-probe-{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
+    files.ensure_writable_dir(workdir)
   except OSError as e:
     raise ladder.ConfigError(f"--workdir={workdir}: not a writable directory ({e.strerror})") from e
   return workdir

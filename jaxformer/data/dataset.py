@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxformer import files
 from jaxformer.data import catalog, tasks, text, tfds_builder
 from jaxformer.data.spec import DataError, check_tokens, format_spec, parse_spec
 
@@ -81,11 +82,7 @@ def _build(name: str, params: dict[str, Any], root: str):
 def _check_writable(root: str, data_dir: str | None) -> None:
   """Before generating anything: the prepared files need a directory we can write."""
   try:
-    os.makedirs(root, exist_ok=True)
-    probe = os.path.join(root, f".write-probe-{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
+    files.ensure_writable_dir(root)
   except OSError as e:
     env = os.environ.get("JAXFORMER_DATA_DIR")
     given = (
