@@ -12,7 +12,6 @@ import os
 import pathlib
 import pickle
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from jaxformer.train import loop
 from jaxformer.train import program as program_lib
 from tests.reliability import helpers as h
-from tests.train.train_helpers import REPO, main_command, tiny_config
+from tests.train.train_helpers import REPO, main_command, run, tiny_config
 
 ROOTS = ("jaxformer", "experiments")
 PICKLE_MODULES = {
@@ -187,14 +186,7 @@ def test_config_is_never_searched_for(config_arg, tmp_path):
   on PYTHONPATH) or as a module name is refused, not found."""
   cmd = main_command(tmp_path / "run", rung="softmax")
   cmd[3] = f"--config={config_arg}"
-  result = subprocess.run(
-    cmd,
-    env=h.run_env(tmp_path / "data"),
-    cwd=tmp_path,
-    capture_output=True,
-    text=True,
-    timeout=h.TIMEOUT,
-  )
+  result = run(cmd, tmp_path / "data", timeout=h.TIMEOUT, cwd=tmp_path)
   assert result.returncode == 2, result.stderr[-2000:]
   assert result.stderr.strip() == (
     f"error: --config={config_arg}: no such config file {config_arg.split(':')[0]!r}"
@@ -211,14 +203,7 @@ def test_the_named_config_file_is_the_one_loaded(tmp_path):
   (tmp_path / "mine.py").write_text(text)
   cmd = main_command(tmp_path / "run", rung="softmax")
   cmd[3] = "--config=mine.py:rung=softmax"
-  result = subprocess.run(
-    cmd,
-    env=h.run_env(tmp_path / "data"),
-    cwd=tmp_path,
-    capture_output=True,
-    text=True,
-    timeout=h.TIMEOUT,
-  )
+  result = run(cmd, tmp_path / "data", timeout=h.TIMEOUT, cwd=tmp_path)
   assert result.returncode == 2 and result.stderr.strip() == (
     "error: keep_checkpoints=-7: must be a positive integer"
   ), result.stderr[-2000:]

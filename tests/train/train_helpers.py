@@ -64,7 +64,7 @@ def env(data_dir, devices=1, **extra):
   return out
 
 
-def run(cmd, data_dir, timeout=300, **env_extra):
+def run(cmd, data_dir, timeout=300, cwd=REPO, **env_extra):
   return subprocess.run(
-    cmd, env=env(data_dir, **env_extra), capture_output=True, text=True, timeout=timeout, cwd=REPO
+    cmd, env=env(data_dir, **env_extra), capture_output=True, text=True, timeout=timeout, cwd=cwd
   )
