@@ -124,17 +124,7 @@ def variants(config):
 
 
 def model_overrides(config, overrides):
-  return {
-    **overrides,
-    "num_heads": 1,
-    "normalizer": "softmax",
-    "norm": "pre",
-    "final_norm": True,
-    "d_model": config.d_model,
-    "num_layers": config.num_layers,
-    "vocab_size": config.vocab_size,
-    "max_len": config.seq_len,
-  }
+  return harness.model_fields(config, num_heads=1, normalizer="softmax", **overrides)
 
 
 def measure_cache(model, params, prompts_BL):

@@ -81,6 +81,20 @@ def schedule(config):
   return {field: config[field] for field in SCHEDULE if field in config}
 
 
+def model_fields(config, **fields):
+  """The model fields every compared model of an experiment shares, then `fields`: width
+  and depth from `config`, vocab_size and max_len from its task (unless `fields` names
+  them), and a layer norm before each mixer and the output (pre-norm + final norm) for every
+  model alike."""
+  shared = {"d_model": config.d_model, "num_layers": config.num_layers}
+  shared |= {"norm": "pre", "final_norm": True}
+  if "vocab_size" not in fields:
+    shared["vocab_size"] = config.vocab_size
+  if "max_len" not in fields:
+    shared["max_len"] = config.seq_len
+  return shared | fields
+
+
 def mqar_task(config, seq_len=None, num_kv_pairs=None):
   """The MQAR spec of an experiment config (its vocab_size, seq_len, num_kv_pairs,
   num_examples, num_test_examples and seed); a grid point passes its own seq_len or pairs."""

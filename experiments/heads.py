@@ -74,16 +74,7 @@ def get_config(size="cpu"):
 def model_config(rung, config, rank):
   model = ladder.default_config(rung)
   with model.unlocked():
-    model.update(
-      vocab_size=config.vocab_size,
-      max_len=config.seq_len,
-      d_model=config.d_model,
-      num_layers=config.num_layers,
-      num_heads=config.num_heads,
-      rank=rank,
-      norm="pre",  # layer norm before each mixer and the output, for every model alike
-      final_norm=True,
-    )
+    model.update(harness.model_fields(config, num_heads=config.num_heads, rank=rank))
   return model
 
 

@@ -83,17 +83,7 @@ def get_config(size="cpu"):
 
 def model_overrides(config, interaction):
   """The matrix_sum rung with one head, a softmax over the sources and pre-layer-norm."""
-  model = {
-    "interaction": interaction,
-    "num_heads": 1,
-    "normalizer": "softmax",
-    "norm": "pre",
-    "final_norm": True,
-    "d_model": config.d_model,
-    "num_layers": config.num_layers,
-    "vocab_size": config.vocab_size,
-    "max_len": config.seq_len,
-  }
+  model = harness.model_fields(config, interaction=interaction, num_heads=1, normalizer="softmax")
   if interaction == "tanh":
     model["rank"] = config.tanh_rank
   return model

@@ -84,17 +84,13 @@ def task_spec(config):
 
 
 def model_overrides(config, vocab_size, w2):
-  return {
-    "vocab_size": vocab_size,
-    "max_len": config.seq_len,
-    "d_model": config.d_model,
-    "num_layers": config.num_layers,
-    "num_heads": config.num_heads,
-    "d_ff": config.d_ff if w2 else config.d_model,
-    "mlp_w2": w2,
-    "norm": "pre",  # layer norm before each mixer and the output, for both models alike
-    "final_norm": True,
-  }
+  return harness.model_fields(
+    config,
+    vocab_size=vocab_size,
+    num_heads=config.num_heads,
+    d_ff=config.d_ff if w2 else config.d_model,
+    mlp_w2=w2,
+  )
 
 
 # --- W1 absorption -----------------------------------------------------------------------

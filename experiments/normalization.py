@@ -124,15 +124,7 @@ def run(config, workdir):
   sqrt_r = math.sqrt(rank(config))
   if not any(math.isclose(t, sqrt_r) for t in config.taus):
     raise ValueError(f"taus={config.taus}: must include sqrt(r) = {sqrt_r:g}")
-  base = {
-    "vocab_size": config.vocab_size,
-    "max_len": max(config.lengths),
-    "d_model": config.d_model,
-    "num_heads": config.num_heads,
-    "num_layers": config.num_layers,
-    "norm": "pre",  # layer norm before each mixer and the output, for every model alike
-    "final_norm": True,
-  }
+  base = harness.model_fields(config, max_len=max(config.lengths), num_heads=config.num_heads)
   # a blown-up sum is a result here, not a crash
   fields = dict(harness.schedule(config), skip_nonfinite=True)
   accuracy = {n: {} for n in NORMALIZERS}

@@ -89,16 +89,8 @@ def get_config(size="cpu"):
 
 
 def model_overrides(config):
-  return {
-    "vocab_size": config.vocab_size,
-    "max_len": config.seq_len,
-    "d_model": config.d_model,
-    "num_heads": config.num_heads,
-    "num_layers": config.num_layers,
-    "normalizer": "softmax",  # the same for all three: only f's argument differs
-    "norm": "pre",  # layer norm before each mixer and the output, for all three alike
-    "final_norm": True,
-  }
+  # the softmax normalizer for all three: only f's argument differs
+  return harness.model_fields(config, num_heads=config.num_heads, normalizer="softmax")
 
 
 def neighbour_similarity(model, params, tokens_BL):
