@@ -455,6 +455,13 @@ class Checkpointer:
       )
 
   def _restore_state(self, step: int, target):
+    step_dir = self.directory / str(step) / "state"
+    missing = [n for n in ("_METADATA", "manifest.ocdbt") if not (step_dir / n).exists()]
+    # Without its manifest no restore can succeed, so Orbax is not asked: one that fails on it
+    # part-way leaves TensorStore reads in flight, whose callbacks can print a traceback from
+    # another thread after the loop has closed. (Without _METADATA alone it still restores.)
+    if "manifest.ocdbt" in missing:
+      raise _BadStep(f"restore failed: state/{missing[0]} is missing")
     try:
       restored = self._mngr.restore(
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
@@ -462,8 +469,6 @@ class Checkpointer:
       return restored["state"]
     except Exception as e:
       _silence_orbax_leftovers()
-      step_dir = self.directory / str(step) / "state"
-      missing = [n for n in ("_METADATA", "manifest.ocdbt") if not (step_dir / n).exists()]
       if missing:
         raise _BadStep(f"restore failed: state/{missing[0]} is missing") from None
       raise _BadStep(f"restore failed: {_cause(e)}") from None
