@@ -24,6 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxformer import ladder
 from jaxformer.bench import BenchError, Suite, check_choice, check_positive
+from jaxformer.train import config as config_lib
 from jaxformer.train import metrics, optimizer, step
 
 MODELS = {
@@ -51,10 +52,8 @@ ACCEL_PEAK_SIZES = (4096, 8192)
 
 
 def config(size="gpt_small", attention=None):
-  """The training config (experiments/configs/default.py) at `size` for the transformer rung."""
-  from experiments.configs import default  # the optimizer defaults live there
-
-  c = default.get_config("rung=transformer")
+  """The training config (jaxformer.train.config) at `size` for the transformer rung."""
+  c = config_lib.get_config("transformer")
   spec = MODELS[size]
   with c.unlocked():
     for field, value in spec["model"].items():

@@ -39,7 +39,7 @@ class NonFiniteError(RuntimeError):
 
 
 def train(config, workdir=None):
-  """Trains `config` (fields: experiments/configs/default.py); returns a summary dict.
+  """Trains `config` (fields: jaxformer/train/config.py); returns a summary dict.
 
   Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
   final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,

@@ -74,7 +74,7 @@ def validate(config):
 
 
 def make(config):
-  """The optax transformation for a training config (fields: see configs/default.py)."""
+  """The optax transformation for a training config (fields: see jaxformer/train/config.py)."""
   validate(config)
   adamw = optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
     learning_rate=schedule(config),
