@@ -1,12 +1,18 @@
 """The main job: every design-pressure experiment, one report.
 
-  python -m experiments.run_all --workdir runs/ladder            # `make run`: all ten, CPU size
+  python -m experiments.run_all --workdir runs/ladder              # `make run`: size quick
+  python -m experiments.run_all --size full --workdir runs/full    # the full grids (~90 min)
   python -m experiments.run_all --only fixed_memory,cache --size tiny
-  python -m experiments.fixed_memory --workdir runs/fixed_memory # one experiment alone
+  python -m experiments.fixed_memory --workdir runs/fixed_memory   # one experiment alone
 
-Writes <workdir>/report.md, <workdir>/results.json and the plots beside them. An experiment
-that crashes is reported as FAIL with its error and the others still run; the exit code is 1
-if any crashed. Seeds are fixed, so a rerun gives the same verdicts.
+Sizes: tiny (the tests: seconds), quick (`make run`: every experiment within 10 minutes on 2
+CPU cores, at least 3 seeds per trained comparison), full (the capacity grids and full
+learning-rate grids: within 90 minutes on 2 CPU cores), accel (one GPU or TPU host).
+
+Writes <workdir>/report.md, <workdir>/results.json and the plots beside them, rewritten after
+each experiment. An experiment that crashes is reported as FAIL with its error and the others
+still run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same
+verdicts (up to timing measurements, which the report marks as such).
 """
 
 import argparse
@@ -15,7 +21,7 @@ import sys
 import time
 import traceback
 
-from experiments import report
+from experiments import protocol, report
 
 EXPERIMENTS = (
   "fixed_memory",
@@ -29,14 +35,18 @@ EXPERIMENTS = (
   "mlp_memory",
   "beyond",
 )
-SIZES = ("tiny", "cpu", "accel")
+SIZES = protocol.SIZES
 
 
 def run_one(module, size, workdir):
   """Runs one experiment module; a crash becomes a FAIL result that names the error."""
   start = time.time()
   try:
-    result = module.run(module.get_config(size), workdir)
+    config = module.get_config(size)
+    if hasattr(module, "run"):  # an experiment not yet declared through the protocol
+      result = module.run(config, workdir)
+    else:
+      result = protocol.run(module, config, workdir, size)
   except Exception as e:  # report it and keep going: nothing else is lost
     traceback.print_exc()
     result = report.Result(
@@ -48,6 +58,7 @@ def run_one(module, size, workdir):
       crashed=True,
     )
   result.seconds = time.time() - start
+  result.size = size
   return result
 
 
@@ -56,7 +67,9 @@ def _parser(single):
     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
   )
   parser.add_argument("--workdir", default="runs/ladder", help="where report.md and plots go")
-  parser.add_argument("--size", default="cpu", choices=SIZES, help="tiny (tests), cpu, accel")
+  parser.add_argument(
+    "--size", default="quick", choices=SIZES, help="tiny (tests), quick (make run), full, accel"
+  )
   if not single:
     parser.add_argument("--only", default="", help="comma-separated experiment names")
   return parser
@@ -78,12 +91,13 @@ def main(argv=None, single=None):
     print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)
     report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
   path = report.write(results, args.workdir)
-  passed = sum(r.verdict == "PASS" for r in results)
-  print(f"\n{passed} of {len(results)} PASS in {sum(r.seconds for r in results):.0f} s")
+  print(f"\n{report.tally(results)} in {sum(r.seconds for r in results):.0f} s")
   for r in results:
-    failed = [c.description for c in r.criteria if not c.passed]
+    failing = r.controls if r.verdict == "INCONCLUSIVE" else r.criteria
+    failed = [c.description for c in failing if not c.passed]
+    what = "control failed" if r.verdict == "INCONCLUSIVE" else "failed"
     print(
-      f"  {r.experiment:16s} {r.verdict}" + (f"  (failed: {'; '.join(failed)})" if failed else "")
+      f"  {r.experiment:16s} {r.verdict}" + (f"  ({what}: {'; '.join(failed)})" if failed else "")
     )
   print(f"report: {path}")
   return 1 if any(r.crashed for r in results) else 0

@@ -174,3 +174,27 @@ def generate(name: str, params: dict[str, Any], split: str) -> dict[str, np.ndar
   rng = np.random.default_rng([params["seed"], SPLIT_STREAM[split]])
   kwargs = {k: v for k, v in params.items() if k not in _NOT_TASK_ARGS}
   return GENERATORS[name](rng, n, **kwargs)
+
+
+# The accuracy of an informed guess on each task: a model that knows where the answer comes
+# from but recalled nothing scores this. Experiments report accuracy raw and chance-adjusted,
+# (accuracy - chance) / (1 - chance), so 0 is guessing and 1 is perfect.
+CHANCE = {
+  "mqar": (lambda p: 1 / p["num_kv_pairs"], "a guess among the K values in context"),
+  "induction": (lambda p: 1 / (p["seq_len"] - 2), "a guess among the L - 2 other context ids"),
+  "copy": (lambda p: 1 / (p["vocab_size"] - 2), "a guess among the V - 2 data ids"),
+  "selective_copy": (lambda p: 1 / (p["vocab_size"] - 2), "a guess among the V - 2 data ids"),
+  "needle": (
+    lambda p: 1 / (p["vocab_size"] - p["vocab_size"] // 2),
+    "a guess among the V - V/2 value ids",
+  ),
+}
+
+
+def chance(name: str, params: dict[str, Any], vocab_size: int) -> tuple[float, str]:
+  """(chance accuracy, how it is defined) of a parsed task whose prepared vocabulary is
+  `vocab_size`; the text tasks: a uniform guess over it."""
+  if name in CHANCE:
+    level, how = CHANCE[name]
+    return float(level(params)), how
+  return 1.0 / vocab_size, "a uniform guess over the vocabulary"

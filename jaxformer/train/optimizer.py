@@ -36,19 +36,22 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, nn.meta.unbox(params))
 
 
-def schedule(config):
-  """Warmup + cosine decay over optimizer updates (train steps // grad_accum_steps)."""
+def schedule(config, peak=None):
+  """Warmup + cosine decay over optimizer updates (train steps // grad_accum_steps), as
+  `peak * shape(t)` where shape rises to 1 and ends at end_learning_rate_factor: the peak
+  may be a traced value (one per replica of a sweep), the shape stays static."""
   accum = config.grad_accum_steps
   updates = max(config.total_steps // accum, 1)
   warmup = min(config.warmup_steps // accum, updates)
-  peak = config.learning_rate
-  return optax.warmup_cosine_decay_schedule(
+  shape = optax.warmup_cosine_decay_schedule(
     init_value=0.0,
-    peak_value=peak,
+    peak_value=1.0,
     warmup_steps=warmup,
     decay_steps=max(updates, warmup + 1),
-    end_value=peak * config.end_learning_rate_factor,
+    end_value=config.end_learning_rate_factor,
   )
+  peak = config.learning_rate if peak is None else peak
+  return lambda count: peak * shape(count)
 
 
 def validate(config):
@@ -73,14 +76,18 @@ def validate(config):
   return config
 
 
-def make(config):
-  """The optax transformation for a training config (fields: see jaxformer/train/config.py)."""
+def make(config, learning_rate=None, weight_decay=None):
+  """The optax transformation for a training config (fields: see jaxformer/train/config.py).
+
+  `learning_rate` (the schedule's peak) and `weight_decay` replace the config's values when
+  given; they may be traced arrays, so one jitted step serves replicas with different
+  hyperparameters (jaxformer.train.sweep)."""
   validate(config)
   adamw = optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
-    learning_rate=schedule(config),
+    learning_rate=schedule(config, learning_rate),
     b1=config.adam_b1,
     b2=config.adam_b2,
-    weight_decay=config.weight_decay,
+    weight_decay=config.weight_decay if weight_decay is None else weight_decay,
     mask=decay_mask,
   )
   parts = []

@@ -19,13 +19,13 @@ def _metrics(config, window_acc, full_acc, dense_memory=2.0, dense_time=1.9, win
 
 
 def test_criteria_pass_when_the_window_is_blind_beyond_it_and_dense_is_quadratic():
-  config = beyond.get_config("cpu")  # distances (4, 8, 16, 48), window 8
+  config = beyond.get_config("quick")  # distances (4, 8, 16, 48), window 8
   result = beyond.criteria(_metrics(config, [1.0, 0.98, 0.03, 0.04], [1.0] * 4), config)
   assert [c.passed for c in result] == [True] * 5
 
 
 def test_criteria_fail_case_by_case():
-  config = beyond.get_config("cpu")
+  config = beyond.get_config("quick")
   good_window, good_full = [1.0, 0.98, 0.03, 0.04], [1.0] * 4
   linear_dense = beyond.criteria(_metrics(config, good_window, good_full, dense_memory=1.0), config)
   assert [c.passed for c in linear_dense] == [False, True, True, True, True]

@@ -36,12 +36,12 @@ def _metrics(config, acc_bilinear=0.99, acc_quarter=0.97, measured_off=0, articl
 
 
 def test_criteria_pass_on_exact_bytes_and_kept_recall():
-  config = cache.get_config("cpu")
+  config = cache.get_config("quick")
   assert [c.passed for c in cache.criteria(_metrics(config), config)] == [True] * 4
 
 
 def test_criteria_fail_on_wrong_arithmetic_bytes_or_lost_recall():
-  config = cache.get_config("cpu")
+  config = cache.get_config("quick")
   wrong_article = cache.criteria(_metrics(config, article_scale=2), config)
   assert [c.passed for c in wrong_article] == [False, True, True, True]
   off = cache.criteria(_metrics(config, measured_off=4), config)

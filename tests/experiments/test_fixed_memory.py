@@ -13,14 +13,14 @@ def _metrics(rnn, attention):
 
 
 def test_criteria_pass_when_the_rnn_falls_and_attention_holds():
-  config = fixed_memory.get_config("cpu")
+  config = fixed_memory.get_config("quick")
   criteria = fixed_memory.criteria(_metrics([1.0, 0.6, 0.3], [1.0, 0.95, 0.9]), config)
   assert len(criteria) == 4
   assert [c.passed for c in criteria] == [True, True, True, True]
 
 
 def test_criteria_fail_when_attention_drops_or_the_rnn_holds():
-  config = fixed_memory.get_config("cpu")
+  config = fixed_memory.get_config("quick")
   attention_drops = fixed_memory.criteria(_metrics([1.0, 0.6, 0.3], [1.0, 0.9, 0.5]), config)
   assert [c.passed for c in attention_drops] == [False, False, True, True]
   rnn_holds = fixed_memory.criteria(_metrics([1.0, 0.95, 0.9], [1.0, 1.0, 1.0]), config)

@@ -4,7 +4,7 @@ from experiments import harness, heads
 
 
 def _metrics(gap, bytes_ok, acc_quarter, acc_summed=0.95):
-  config = heads.get_config("cpu")
+  config = heads.get_config("quick")
   tokens = 64 * 16
   formula = {
     str(r): heads.value_cache_formula(tokens, config.num_layers, config.num_heads, r)

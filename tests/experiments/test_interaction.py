@@ -14,13 +14,13 @@ def _metrics(accuracy, tanh_share=0.16):
 
 
 def test_criteria_pass_when_pure_interactions_recall_and_additive_fails():
-  config = interaction.get_config("cpu")
+  config = interaction.get_config("quick")
   result = interaction.criteria(_metrics([0.28, 0.3, 0.99, 0.97]), config)
   assert [c.passed for c in result] == [True, True, True]
 
 
 def test_criteria_fail_when_the_claim_does_not_hold():
-  config = interaction.get_config("cpu")
+  config = interaction.get_config("quick")
   lowrank_fails = interaction.criteria(_metrics([0.28, 0.3, 0.99, 0.6]), config)
   assert [c.passed for c in lowrank_fails] == [False, True, True]
   additive_recalls = interaction.criteria(_metrics([0.9, 0.3, 0.99, 0.97]), config)
@@ -30,7 +30,7 @@ def test_criteria_fail_when_the_claim_does_not_hold():
 
 
 def test_interaction_share_of_the_three_surfaces():
-  x1, x3 = interaction.grid(interaction.get_config("cpu"))
+  x1, x3 = interaction.grid(interaction.get_config("quick"))
   assert interaction.interaction_share(x1 + x3) == pytest.approx(0.0, abs=1e-12)
   assert interaction.interaction_share(x1 * x3) == pytest.approx(1.0, abs=1e-12)
   tanh = interaction.interaction_share(np.tanh(x1 + x3))

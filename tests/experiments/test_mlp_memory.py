@@ -17,13 +17,13 @@ def _metrics(loss_w2, loss_no_w2, single, split, top_rate, random_rate):
 
 
 def test_criteria_pass():
-  config = mlp_memory.get_config("cpu")
+  config = mlp_memory.get_config("quick")
   metrics = _metrics(2.0, 2.2, single=1e-7, split=0.5, top_rate=0.8, random_rate=0.3)
   assert [c.passed for c in mlp_memory.criteria(metrics, config)] == [True] * 4
 
 
 def test_criteria_fail():
-  config = mlp_memory.get_config("cpu")
+  config = mlp_memory.get_config("quick")
   metrics = _metrics(2.2, 2.2, single=1e-2, split=1e-5, top_rate=0.35, random_rate=0.3)
   assert [c.passed for c in mlp_memory.criteria(metrics, config)] == [False] * 4
 

@@ -16,13 +16,13 @@ def _metrics(none, softmax, taus):
 
 
 def test_criteria_pass_when_raw_sums_degrade_and_softmax_holds():
-  config = normalization.get_config("cpu")
+  config = normalization.get_config("quick")
   metrics = _metrics((0.9, 0.3), (1.0, 0.95), {1.0: 0.9, 8.0: 0.95, 64.0: 0.4})
   assert [c.passed for c in normalization.criteria(metrics, config)] == [True, True, True]
 
 
 def test_criteria_fail_when_raw_sums_hold_and_sqrt_r_is_poor():
-  config = normalization.get_config("cpu")
+  config = normalization.get_config("quick")
   metrics = _metrics((0.9, 0.9), (1.0, 0.95), {1.0: 0.9, 8.0: 0.5, 64.0: 0.4})
   assert [c.passed for c in normalization.criteria(metrics, config)] == [False, False, False]
 

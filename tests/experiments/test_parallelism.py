@@ -23,14 +23,14 @@ def _metrics(config, recurrent_ms_per_token, parallel_ms_per_token, example=(5, 
 
 
 def test_criteria_pass_when_recurrent_time_grows_faster():
-  config = parallelism.get_config("cpu")
+  config = parallelism.get_config("quick")
   result = parallelism.criteria(_metrics(config, 0.3, 0.1), config)
   assert [c.passed for c in result] == [True, True, True]
   assert result[2].values["slope_ratio"] == pytest.approx(3.0)
 
 
 def test_criteria_fail_when_slopes_are_close_or_paths_are_wrong():
-  config = parallelism.get_config("cpu")
+  config = parallelism.get_config("quick")
   close = parallelism.criteria(_metrics(config, 0.15, 0.1), config)
   assert [c.passed for c in close] == [True, True, False]
   wrong_example = parallelism.criteria(_metrics(config, 0.3, 0.1, example=(4, 2)), config)
@@ -41,7 +41,7 @@ def test_criteria_fail_when_slopes_are_close_or_paths_are_wrong():
 
 
 def test_flat_parallel_time_passes_and_flat_recurrent_time_fails():
-  config = parallelism.get_config("cpu")
+  config = parallelism.get_config("quick")
   assert parallelism.criteria(_metrics(config, 0.2, 0.0), config)[2].passed
   assert not parallelism.criteria(_metrics(config, 0.0, 0.0), config)[2].passed
 
@@ -51,7 +51,7 @@ def test_slope_is_seconds_per_token():
 
 
 def test_path_table_matches_the_spec_closed_forms():
-  config = parallelism.get_config("cpu")
+  config = parallelism.get_config("quick")
   table = parallelism.path_table(config)
   for row in table:
     assert row["rnn"] == row["L"] + config.num_layers - 1

@@ -25,13 +25,13 @@ def _metrics(config, accuracy, full_functions=262_144, off_by_one=False):
 
 
 def test_criteria_pass_when_counts_match_and_the_matrix_sum_wins():
-  config = param_explosion.get_config("cpu")
+  config = param_explosion.get_config("quick")
   result = param_explosion.criteria(_metrics(config, [0.2, 0.3, 0.98]), config)
   assert [c.passed for c in result] == [True, True, True]
 
 
 def test_criteria_fail_on_a_miscount_few_functions_or_no_quality_gap():
-  config = param_explosion.get_config("cpu")
+  config = param_explosion.get_config("quick")
   miscount = param_explosion.criteria(_metrics(config, [0.2, 0.3, 0.98], off_by_one=True), config)
   assert [c.passed for c in miscount] == [False, True, True]
   few = param_explosion.criteria(_metrics(config, [0.2, 0.3, 0.98], full_functions=90_000), config)
@@ -43,7 +43,7 @@ def test_criteria_fail_on_a_miscount_few_functions_or_no_quality_gap():
 @pytest.mark.parametrize("form", list(param_explosion.FORMS))
 @pytest.mark.parametrize("train", [False, True])
 def test_counts_from_the_real_modules_equal_the_closed_forms(form, train):
-  config = param_explosion.get_config("cpu")
+  config = param_explosion.get_config("quick")
   for width in (4, 12, 32):
     params, functions = param_explosion.count(form, width, config, train=train)
     assert params == param_explosion.closed_form(form, width, config, train=train)
@@ -52,13 +52,13 @@ def test_counts_from_the_real_modules_equal_the_closed_forms(form, train):
 
 
 def test_full_form_at_width_512_is_counted_without_allocating():
-  config = param_explosion.get_config("cpu")
+  config = param_explosion.get_config("quick")
   params, functions = param_explosion.count("full", 512, config)  # 1.07e9 parameters
   assert params == 2 * config.scorer_rank * 512**3 and functions == 512**2
 
 
 def test_matched_width_is_the_widest_that_fits():
-  config = param_explosion.get_config("cpu")
+  config = param_explosion.get_config("quick")
   budget = param_explosion.closed_form("matrix_sum", 64, config, train=True)
   assert budget == 3 * 64**2
   for form in param_explosion.FORMS:

@@ -46,10 +46,45 @@ def test_a_crash_is_reported_and_the_others_still_run(tmp_path, monkeypatch, cap
   text = (tmp_path / "report.md").read_text()
   assert "1 of 2 experiments PASS" in text and "out of memory" in text
   out = capsys.readouterr().out
-  assert "1 of 2 PASS" in out and "beyond           FAIL  (failed: ran to completion" in out
+  assert "1 of 2 experiments PASS, 1 FAIL" in out
+  assert "beyond           FAIL  (failed: ran to completion" in out
 
 
 def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
   assert run_all.main(["--only", "fixed_memroy", "--workdir", str(tmp_path)]) == 2
   assert "unknown experiment(s) ['fixed_memroy']" in capsys.readouterr().out
   assert not (tmp_path / "results.json").exists()
+
+
+def _declared(passes_control):
+  """An experiment declared through the protocol: no arms to train, one control, one claim."""
+  return types.SimpleNamespace(
+    NAME="symmetry",
+    CLAIM="symmetry claims",
+    get_config=lambda size: {"seeds": (0, 1, 2)},
+    arms=lambda config: [],
+    controls=lambda metrics, config: [report.Criterion("the control learns", passes_control)],
+    criteria=lambda metrics, config: [report.Criterion("the claim holds", True)],
+  )
+
+
+def test_a_failed_control_makes_the_verdict_inconclusive_not_pass(tmp_path, monkeypatch, capsys):
+  modules = {"experiments.symmetry": _declared(False), "experiments.heads": _declared(True)}
+  modules["experiments.heads"].NAME = "heads"
+  monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
+  code = run_all.main(["--only", "symmetry,heads", "--size", "tiny", "--workdir", str(tmp_path)])
+  assert code == 0  # nothing crashed
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert [(r["experiment"], r["verdict"], r["size"]) for r in results] == [
+    ("symmetry", "INCONCLUSIVE", "tiny"),
+    ("heads", "PASS", "tiny"),
+  ]
+  assert results[0]["controls"][0] == {
+    "description": "the control learns",
+    "passed": False,
+    "rule": "",
+    "values": {},
+  }
+  out = capsys.readouterr().out
+  assert "1 of 2 experiments PASS, 1 INCONCLUSIVE" in out
+  assert "symmetry         INCONCLUSIVE  (control failed: the control learns)" in out

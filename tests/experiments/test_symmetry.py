@@ -17,19 +17,19 @@ def _metrics(matrix_sum, source_only, stateless, sim_source, sim_matrix):
 
 
 def test_criteria_pass_when_only_the_two_argument_function_recalls():
-  config = symmetry.get_config("cpu")
+  config = symmetry.get_config("quick")
   metrics = _metrics(0.99, 0.3, 0.03, sim_source=0.9, sim_matrix=0.2)
   assert [c.passed for c in symmetry.criteria(metrics, config)] == [True] * 4
 
 
 def test_criteria_fail_when_the_symmetric_models_recall_or_differ_little():
-  config = symmetry.get_config("cpu")
+  config = symmetry.get_config("quick")
   metrics = _metrics(0.6, 0.9, 0.6, sim_source=0.5, sim_matrix=0.45)
   assert [c.passed for c in symmetry.criteria(metrics, config)] == [False] * 4
 
 
 def test_one_task_failing_fails_the_criterion():
-  config = symmetry.get_config("cpu")
+  config = symmetry.get_config("quick")
   metrics = _metrics(0.99, 0.3, 0.03, sim_source=0.9, sim_matrix=0.2)
   metrics["accuracy"]["matrix_sum"]["induction"] = 0.4
   assert [c.passed for c in symmetry.criteria(metrics, config)] == [False, True, True, True]

@@ -1,0 +1,341 @@
+"""`train(config, replicas)`: N replicas of one model config trained by one jitted program.
+
+A sweep is the unit of evidence of the experiments: the same model and task trained at
+several seeds, peak learning rates and weight decays. Every replica is exactly what
+`loop.train` would do for that config with `seed`, `learning_rate` and `weight_decay`
+replaced (same init, same data order, same schedule), but all N run in one program:
+
+  state_N  = vmap(init)(keys_N, hyper_N)                    one compile for all N
+  state_N' = vmap(train_step)(state_N, batch_NBL, hyper_N)  where active_N, else unchanged
+
+Each replica reads its own data order (the loader's seed is the replica's seed) and carries
+its own hyperparameters as arrays (`optimizer.make` takes traced values), so one
+compilation serves every replica, and a second sweep whose shapes and static fields match
+compiles nothing (`compile_seconds` is 0 then).
+
+Stops: a replica whose validation accuracy reaches `config.early_stop_accuracy` stops
+changing (early stop), one with a non-finite loss or gradient stops and is reported as
+diverged (its numbers are kept, flagged, and excluded by selection); the program ends when
+every replica has stopped or `total_steps` are done.
+
+Splits: the task's held-out split is cut in two halves by index: `validation` (first half:
+early stop and hyperparameter selection) and `eval` (second half: what a report states).
+
+With several devices in one process and N divisible by their number, the replica axis is
+laid along a 1-D mesh, so each device trains its own replicas.
+"""
+
+import dataclasses
+import functools
+import itertools
+import math
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxformer import data, ladder
+from jaxformer.train import optimizer, program, step
+
+REPLICA_AXIS = "replica"
+
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+  """The hyperparameters of one replica; None keeps the config's value."""
+
+  seed: int
+  learning_rate: float | None = None
+  weight_decay: float | None = None
+
+
+def grid(seeds, learning_rates=(None,), weight_decays=(None,)):
+  """Every combination, seed fastest: [Replica(seed, lr, wd), ...]."""
+  return [
+    Replica(int(s), lr, wd) for lr, wd, s in itertools.product(learning_rates, weight_decays, seeds)
+  ]
+
+
+@dataclasses.dataclass
+class Run:
+  """What one replica did. `evals` rows: (step, val_loss, val_acc, eval_loss, eval_acc)."""
+
+  seed: int
+  learning_rate: float
+  weight_decay: float
+  losses: list  # train loss per step taken
+  evals: list
+  final_step: int  # steps it took (then it stopped changing)
+  stop_reason: str  # completed | early_stop | diverged
+
+  @property
+  def finite(self):
+    return self.stop_reason != "diverged"
+
+  def final(self):
+    """{val_loss, val_accuracy, eval_loss, eval_accuracy} at the last evaluation."""
+    if not self.evals:
+      return {k: math.nan for k in ("val_loss", "val_accuracy", "eval_loss", "eval_accuracy")}
+    _, vl, va, el, ea = self.evals[-1]
+    return {"val_loss": vl, "val_accuracy": va, "eval_loss": el, "eval_accuracy": ea}
+
+
+@dataclasses.dataclass
+class SweepResult:
+  runs: list  # one Run per replica, in the order given
+  params: object  # the trained params, every leaf stacked [N, ...] (host numpy)
+  chance: float  # the task's chance accuracy (jaxformer.data.chance)
+  chance_rule: str
+  compile_seconds: float
+  train_seconds: float
+  steps: int  # program steps run (the longest replica)
+
+  def replica_params(self, i):
+    return jax.tree.map(lambda x: x[i], self.params)
+
+
+def check_replicas(replicas):
+  """Raises ConfigError naming the first bad replica field."""
+  if not replicas:
+    raise ladder.ConfigError("replicas: at least one replica is needed")
+  for i, r in enumerate(replicas):
+    if not isinstance(r.seed, int) or not 0 <= r.seed < 2**32:
+      raise ladder.ConfigError(f"replicas[{i}].seed={r.seed!r}: must be an integer in [0, 2**32)")
+    if r.learning_rate is not None and not (
+      isinstance(r.learning_rate, int | float) and math.isfinite(r.learning_rate)
+    ):
+      raise ladder.ConfigError(f"replicas[{i}].learning_rate={r.learning_rate!r}: not finite")
+    if r.learning_rate is not None and r.learning_rate <= 0:
+      raise ladder.ConfigError(f"replicas[{i}].learning_rate={r.learning_rate!r}: must be > 0")
+    if r.weight_decay is not None and not (
+      isinstance(r.weight_decay, int | float)
+      and math.isfinite(r.weight_decay)
+      and r.weight_decay >= 0
+    ):
+      raise ladder.ConfigError(f"replicas[{i}].weight_decay={r.weight_decay!r}: must be >= 0")
+
+
+def _hyper(config, replica):
+  """(learning_rate, weight_decay) of a replica, the config's where it says None."""
+  lr = config.learning_rate if replica.learning_rate is None else replica.learning_rate
+  wd = config.weight_decay if replica.weight_decay is None else replica.weight_decay
+  return float(lr), float(wd)
+
+
+def _replica_step(state, batch, hyper, active, *, config, model):
+  """One step of one replica; an inactive replica (stopped, diverged) keeps its state, and a
+  non-finite step makes it inactive from then on."""
+  tx = optimizer.make(config, hyper["learning_rate"], hyper["weight_decay"])
+  new, metrics = step.train_step(state, batch, model=model, tx=tx)
+  new = jax.tree.map(lambda n, o: jnp.where(active, n, o), new, state)
+  return new, metrics["loss"], active & metrics["finite"]
+
+
+def _replica_init(rng, hyper, *, config, model, batch_shape):
+  tx = optimizer.make(config, hyper["learning_rate"], hyper["weight_decay"])
+  return nn.meta.unbox(step.init_state(model, tx, rng, batch_shape))
+
+
+def _sums(params, batch, *, model):
+  return step.eval_step(params, batch, model=model)
+
+
+# Compiled programs by (rung, model, static training fields, replicas, batch shape, devices).
+_COMPILED = {}
+_MAX_COMPILED = 16
+_STATIC_FIELDS = (
+  "end_learning_rate_factor",
+  "warmup_steps",
+  "total_steps",
+  "adam_b1",
+  "adam_b2",
+  "grad_clip_norm",
+  "grad_accum_steps",
+)
+
+
+def _placement(n):
+  """(replica sharding or None): a 1-D mesh over this process's devices when n divides."""
+  devices = jax.local_devices()
+  if len(devices) > 1 and n % len(devices) == 0:
+    mesh = jax.sharding.Mesh(np.asarray(devices), (REPLICA_AXIS,))
+    return NamedSharding(mesh, P(REPLICA_AXIS))
+  return None
+
+
+def _programs(config, n, batch_shape, eval_batch):
+  """(init, step, eval) compiled for n replicas, and the seconds compiling took (0: cached)."""
+  key = (
+    config.rung,
+    config.model.to_json(sort_keys=True),
+    tuple(config[f] for f in _STATIC_FIELDS),
+    n,
+    batch_shape,
+    eval_batch,
+  )
+  if key in _COMPILED:
+    return _COMPILED[key], 0.0
+  start = time.perf_counter()
+  model = ladder.build(config.rung, config.model)
+  sharded = _placement(n)
+  rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=sharded)  # noqa: E731
+  hyper = {k: rep(jax.ShapeDtypeStruct((), jnp.float32)) for k in ("learning_rate", "weight_decay")}
+  keys = jax.ShapeDtypeStruct((n,), jax.random.key(0).dtype, sharding=sharded)
+  placed = {} if sharded is None else {"out_shardings": sharded}
+  init = jax.jit(
+    jax.vmap(functools.partial(_replica_init, config=config, model=model, batch_shape=batch_shape)),
+    **placed,
+  )
+  state = jax.eval_shape(init, keys, hyper)
+  init = init.lower(keys, hyper).compile()
+  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharded), state)
+  token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
+  batch = {"inputs": token, "targets": token, "mask": token}
+  active = jax.ShapeDtypeStruct((n,), jnp.bool_, sharding=sharded)
+  train = jax.jit(
+    jax.vmap(functools.partial(_replica_step, config=config, model=model)),
+    donate_argnums=0,
+    **placed,
+  )
+  train = train.lower(state, batch, hyper, active).compile()
+  ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32)
+  ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
+  evaluate = jax.jit(jax.vmap(functools.partial(_sums, model=model), in_axes=(0, None)))
+  evaluate = evaluate.lower(state["params"], ev_batch).compile()
+  programs = (init, train, evaluate, sharded)
+  if len(_COMPILED) >= _MAX_COMPILED:
+    _COMPILED.pop(next(iter(_COMPILED)))
+  _COMPILED[key] = programs
+  return programs, time.perf_counter() - start
+
+
+def _held_out(dataset, batch_size):
+  """The held-out split in memory, cut in halves (validation, eval), each a list of batches
+  padded to batch_size with mask 0 (static shapes: one eval program)."""
+  n = len(dataset)
+  if n < 2:
+    raise data.DataError(f"{dataset.spec}: the held-out split needs >= 2 examples, has {n}")
+  records = dataset.source.__getitems__(list(range(n)))
+  arrays = {k: np.stack([np.asarray(r[k]) for r in records]).astype(np.int32) for k in records[0]}
+  halves = []
+  for lo, hi in ((0, n // 2), (n // 2, n)):
+    batches = []
+    for start in range(lo, hi, batch_size):
+      stop = min(start + batch_size, hi)
+      batch = {k: np.zeros((batch_size, v.shape[1]), np.int32) for k, v in arrays.items()}
+      for k, v in arrays.items():
+        batch[k][: stop - start] = v[start:stop]
+      batches.append(batch)
+    halves.append(batches)
+  return halves
+
+
+def _evaluate(evaluate, params, batches):
+  """(loss, accuracy) per replica over the batches: numpy [N] each."""
+  totals = None
+  for batch in batches:
+    sums = evaluate(params, batch)
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  totals = jax.tree.map(np.asarray, totals)
+  weight = np.maximum(totals["weight_sum"], 1.0)
+  return totals["loss_sum"] / weight, totals["correct_sum"] / weight
+
+
+def train(config, replicas, *, log=None, keep_params=True):
+  """Trains every replica of `config` in one program; returns a SweepResult.
+
+  `config` is a training config (jaxformer/train/config.py); each Replica replaces its seed,
+  learning rate and weight decay. `log(text)` receives progress lines (None: quiet).
+  Raises ConfigError / DataError naming the field for a config that cannot run.
+  """
+  program.check_config(config)
+  check_replicas(replicas)
+  if jax.process_count() > 1:
+    raise ladder.ConfigError("sweep: replicas train in one process; process_count must be 1")
+  log = log or (lambda text: None)
+  train_ds, test_ds = (
+    data.get_dataset(config.task, "train", config.data_dir),
+    data.get_dataset(config.task, "test", config.data_dir),
+  )
+  program.check_task_fits(config, train_ds)
+  chance, chance_rule = data.chance(train_ds)
+  n, B, L = len(replicas), config.batch_size, train_ds.seq_len
+  validation, evaluation = _held_out(test_ds, B)
+
+  (init, train_step, evaluate, sharded), compile_seconds = _programs(config, n, (B, L), (B, L))
+  put = (lambda x: jax.device_put(x, sharded)) if sharded is not None else jnp.asarray
+  lrs, wds = zip(*(_hyper(config, r) for r in replicas), strict=True)
+  hyper = {
+    "learning_rate": put(np.asarray(lrs, np.float32)),
+    "weight_decay": put(np.asarray(wds, np.float32)),
+  }
+  keys = put(jax.vmap(jax.random.key)(jnp.asarray([r.seed for r in replicas], jnp.uint32)))
+  state = init(keys, hyper)
+
+  seeds = sorted({r.seed for r in replicas})
+  loaders = {
+    s: iter(data.Loader(train_ds, B, seed=s, process_index=0, process_count=1)) for s in seeds
+  }
+  row = [seeds.index(r.seed) for r in replicas]
+  active = np.ones(n, bool)  # host copy, exact at each host read
+  active_dev = put(active)
+  stop_reason = ["completed"] * n
+  losses = [[] for _ in range(n)]
+  evals = [[] for _ in range(n)]
+  pending = []  # device metrics of the steps since the last host read
+  target = config.early_stop_accuracy
+
+  start = time.perf_counter()
+  s = 0
+  while s < config.total_steps and active.any():
+    batches = [next(loaders[seed]) for seed in seeds]
+    batch = {k: put(np.stack([batches[i][k] for i in row])) for k in batches[0]}
+    state, loss, still = train_step(state, batch, hyper, active_dev)
+    pending.append((loss, active_dev))
+    active_dev = still
+    s += 1
+    if s % config.eval_every and s != config.total_steps:
+      continue
+    # --- host read: losses, divergence -------------------------------------------------------
+    was_active = active.copy()
+    for loss_N, ran_N in jax.device_get(pending):
+      for i in np.flatnonzero(ran_N):
+        losses[i].append(float(loss_N[i]))
+    pending = []
+    diverged = was_active & ~np.asarray(jax.device_get(active_dev))
+    for i in np.flatnonzero(diverged):
+      active[i], stop_reason[i] = False, "diverged"
+    # --- eval ----------------------------------------------------------------------------------
+    val = _evaluate(evaluate, state["params"], validation)
+    ev = _evaluate(evaluate, state["params"], evaluation)
+    for i in np.flatnonzero(was_active):
+      evals[i].append((s, float(val[0][i]), float(val[1][i]), float(ev[0][i]), float(ev[1][i])))
+      if active[i] and target is not None and val[1][i] >= target:
+        active[i], stop_reason[i] = False, "early_stop"
+    active_dev = put(active)
+    best = float(np.nanmax(val[1][was_active])) if was_active.any() else math.nan
+    log(
+      f"step {s}/{config.total_steps}: {int(active.sum())}/{n} replicas training, "
+      f"best validation accuracy {best:.3f}"
+    )
+  jax.block_until_ready(state)
+  train_seconds = time.perf_counter() - start
+
+  runs = [
+    Run(r.seed, lrs[i], wds[i], losses[i], evals[i], len(losses[i]), stop_reason[i])
+    for i, r in enumerate(replicas)
+  ]
+  params = jax.device_get(state["params"]) if keep_params else None
+  return SweepResult(
+    runs=runs,
+    params=params,
+    chance=chance,
+    chance_rule=chance_rule,
+    compile_seconds=compile_seconds,
+    train_seconds=train_seconds,
+    steps=s,
+  )

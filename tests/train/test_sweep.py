@@ -1,0 +1,119 @@
+"""jaxformer.train.sweep: N replicas in one program behave as N separate trainings."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from jaxformer import ladder
+from jaxformer.train import config as config_lib
+from jaxformer.train import loop, sweep
+
+TASK = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2,num_examples=256,num_test_examples=32"
+
+
+def _config(**fields):
+  c = config_lib.get_config("transformer")
+  c.task = TASK
+  c.model.update(vocab_size=16, max_len=8, d_model=16, num_heads=1, d_ff=32)
+  c.update(total_steps=4, eval_every=2, batch_size=8, warmup_steps=1)
+  c.peak_flops_per_device = 1e11  # no matmul measurement in loop.train
+  c.update(**fields)
+  return c
+
+
+REPLICAS = [
+  sweep.Replica(seed=0, learning_rate=1e-3, weight_decay=0.1),
+  sweep.Replica(seed=1, learning_rate=3e-3, weight_decay=0.0),
+  sweep.Replica(seed=2, learning_rate=1e-2, weight_decay=0.1),
+]
+
+
+@pytest.fixture(scope="module")
+def three():
+  """REPLICAS swept once; the tests below reuse its compiled program (same shapes)."""
+  return sweep.train(_config(), REPLICAS)
+
+
+def test_each_vmapped_replica_matches_the_same_run_trained_alone(three):
+  result = three
+  assert [r.final_step for r in result.runs] == [4, 4, 4]
+  for replica, run in zip(REPLICAS, result.runs, strict=True):
+    alone = _config(
+      seed=replica.seed, learning_rate=replica.learning_rate, weight_decay=replica.weight_decay
+    )
+    losses = loop.train(alone)["losses"]
+    np.testing.assert_allclose(run.losses, losses, rtol=2e-6, atol=2e-6)
+  # the replicas really differ (different seeds, data orders and learning rates)
+  assert len({tuple(np.round(r.losses, 4)) for r in result.runs}) == 3
+
+
+def test_replicas_laid_along_the_devices_match_the_single_device_program():
+  assert len(jax.local_devices()) == 8  # tests/conftest.py
+  replicas = sweep.grid(range(4), (1e-3, 1e-2))  # 8 replicas: one per device
+  sharded = sweep.train(_config(), replicas)
+  first_three = sweep.train(_config(), replicas[:3])  # 3 do not divide 8: one device
+  for a, b in zip(sharded.runs[:3], first_three.runs, strict=True):
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+
+
+def test_a_diverging_replica_stops_and_leaves_the_others_untouched(three):
+  exploding = sweep.Replica(seed=0, learning_rate=1e30)
+  mixed = sweep.train(_config(), [exploding, *REPLICAS[1:]])
+  bad = mixed.runs[0]
+  assert bad.stop_reason == "diverged" and not bad.finite
+  assert bad.final_step < 4 and not math.isfinite(bad.losses[-1])
+  assert all(math.isfinite(v) for v in bad.losses[:-1])
+  for a, b in zip(mixed.runs[1:], three.runs[1:], strict=True):
+    assert a.stop_reason == "completed"
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+  # a stopped replica's parameters stop changing: no non-finite value was applied
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(mixed.replica_params(0)))
+
+
+def test_early_stop_is_per_replica_and_ends_the_program_when_all_stopped():
+  result = sweep.train(_config(early_stop_accuracy=0.01), REPLICAS)
+  assert result.compile_seconds == 0.0  # the stop target is not part of the program
+  assert result.steps == 2  # everyone reached 0.01 at the first evaluation
+  assert [r.stop_reason for r in result.runs] == ["early_stop"] * 3
+  assert [len(r.losses) for r in result.runs] == [2, 2, 2]
+  assert all(len(r.evals) == 1 for r in result.runs)
+
+
+def test_a_second_sweep_with_the_same_shapes_compiles_nothing(three):
+  again = sweep.train(_config(), [sweep.Replica(7, 5e-3), sweep.Replica(8), sweep.Replica(9)])
+  assert again.compile_seconds == 0.0
+  assert again.runs[1].learning_rate == _config().learning_rate  # None keeps the config's
+
+
+def test_validation_and_eval_halves_are_separate_and_chance_is_the_tasks(three):
+  result = three
+  for run in result.runs:
+    _, val_loss, _, eval_loss, _ = run.evals[-1]
+    assert val_loss != eval_loss  # different examples
+  assert result.chance == 0.5 and "K values" in result.chance_rule  # MQAR with K = 2
+
+
+@pytest.mark.parametrize(
+  "replica, field",
+  [
+    (sweep.Replica(seed=-1), "replicas[0].seed"),
+    (sweep.Replica(seed=0, learning_rate=0.0), "replicas[0].learning_rate"),
+    (sweep.Replica(seed=0, learning_rate=math.nan), "replicas[0].learning_rate"),
+    (sweep.Replica(seed=0, weight_decay=-0.1), "replicas[0].weight_decay"),
+  ],
+)
+def test_a_bad_replica_is_named(replica, field):
+  with pytest.raises(ladder.ConfigError, match=field.replace("[", r"\[").replace("]", r"\]")):
+    sweep.train(_config(), [replica])
+
+
+def test_grid_is_seeds_fastest():
+  reps = sweep.grid((0, 1), (1e-3, 1e-2), (0.0, 0.1))
+  assert len(reps) == 8
+  assert [(r.seed, r.learning_rate, r.weight_decay) for r in reps[:3]] == [
+    (0, 1e-3, 0.0),
+    (1, 1e-3, 0.0),
+    (0, 1e-3, 0.1),
+  ]
