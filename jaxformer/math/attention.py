@@ -26,7 +26,7 @@ import math
 
 import jax
 
-from jaxformer.math import blockwise, linear_attention, local_attention, masks
+from jaxformer.math import blockwise, linear_attention, local_attention, masks, shapes
 from jaxformer.math.dense import dense_attention
 
 IMPLEMENTATIONS = (
@@ -92,16 +92,7 @@ def _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mas
     raise ValueError(f"attend: impl={impl!r} has no temperature (got temperature={temperature})")
   if temperature is not None and not (isinstance(temperature, int | float) and temperature > 0):
     raise ValueError(f"attend: temperature must be a Python number > 0, got {temperature!r}")
-  if q_BLHK.ndim != 4 or k_BMHK.shape != v_BMHK.shape or k_BMHK.ndim != 4:
-    raise ValueError(
-      f"attend: want q [B, L, H, K] and k, v [B, M, H, K], got q {q_BLHK.shape}, "
-      f"k {k_BMHK.shape}, v {v_BMHK.shape}"
-    )
-  B, _, H, K = q_BLHK.shape
-  if (k_BMHK.shape[0], k_BMHK.shape[2], k_BMHK.shape[3]) != (B, H, K):
-    raise ValueError(f"attend: q {q_BLHK.shape} and k {k_BMHK.shape} differ in B, H or K")
-  if kv_mask_BM is not None and kv_mask_BM.shape != k_BMHK.shape[:2]:
-    raise ValueError(f"attend: kv_mask_BM shape {kv_mask_BM.shape} != [B, M] {k_BMHK.shape[:2]}")
+  return shapes.check("attend", q_BLHK=q_BLHK, k_BMHK=k_BMHK, v_BMHK=v_BMHK, kv_mask_BM=kv_mask_BM)
 
 
 def attend(
@@ -126,11 +117,12 @@ def attend(
 
   Jitted per static configuration (impl, causal, temperature, window, block_size and a
   Python-int q_offset), so a call outside jit compiles once instead of dispatching op by
-  op; inside jit it is inlined.
+  op; inside jit it is inlined. Shapes are checked by chex from static shapes alone
+  (`jaxformer.math.shapes`): a wrong one raises chex's AssertionError naming the argument.
   """
-  _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mask_BM)
+  sizes = _check(impl, q_BLHK, k_BMHK, v_BMHK, temperature, window, block_size, kv_mask_BM)
   static = isinstance(q_offset, int)
-  return (_attend_static_offset if static else _attend_traced_offset)(
+  out_BLHK = (_attend_static_offset if static else _attend_traced_offset)(
     q_BLHK,
     k_BMHK,
     v_BMHK,
@@ -142,6 +134,8 @@ def attend(
     q_offset=q_offset,
     kv_mask_BM=kv_mask_BM,
   )
+  shapes.check("attend", sizes, out_BLHK=out_BLHK)
+  return out_BLHK
 
 
 def _attend(

@@ -20,6 +20,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxformer.math import shapes
+
 
 def parse(spec):
   """'BLD,DHK->BLHK' -> ('BLD', 'DHK', 'BLHK'); ValueError naming what is unsupported."""
@@ -36,8 +38,15 @@ def parse(spec):
 
 
 def contract(spec, x, w):
-  """jnp.einsum(spec, x, w) with the weight gradient x^T g (see the module docstring)."""
-  parse(spec)
+  """jnp.einsum(spec, x, w) with the weight gradient x^T g (see the module docstring).
+
+  x and w are checked against the spec with chex, from static shapes only: a letter
+  shared by x and w must have one size, and the AssertionError names the operand.
+  """
+  xs, ws, _ = parse(spec)
+  sizes = {}
+  shapes.check_array(f"contract {spec!r}", "x", x, xs, sizes)
+  shapes.check_array(f"contract {spec!r}", "w", w, ws, sizes)
   return _contract(spec, x, w)
 
 

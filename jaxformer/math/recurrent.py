@@ -3,18 +3,38 @@
 Pure functions over parameter dicts; `run` scans a cell over the sequence with
 `lax.scan`, so output t needs t dependent steps (the pressure of step 2).
 
-Shapes: x_BE input at one step, h_BD state, gates stacked along the last axis.
+Shapes: x_BE input at one step, h_BD state (c_BD too for the LSTM), gates stacked along
+the last axis G = gates x D: wx_EG, wh_DG, b_G. Each cell checks them with chex from static
+shapes (jaxformer.math.shapes), once per trace inside the scan.
 """
 
 import jax
 import jax.numpy as jnp
 
+from jaxformer.math import shapes
+
 CELLS = ("elman", "gru", "lstm")
 GATES = {"elman": 1, "gru": 3, "lstm": 4}
 
 
+def _check(cell, params, carry, x_BE):
+  c_BD = carry[1] if cell == "lstm" else None
+  gates = {"G": GATES[cell] * carry[0].shape[-1]}
+  shapes.check(
+    cell,
+    gates,
+    x_BE=x_BE,
+    h_BD=carry[0],
+    c_BD=c_BD,
+    wx_EG=params["wx"],
+    wh_DG=params["wh"],
+    b_G=params["b"],
+  )
+
+
 def elman(params, carry, x_BE):
   """h' = tanh(W_x x + W_h h + b) (Elman 1990)."""
+  _check("elman", params, carry, x_BE)
   (h_BD,) = carry
   h_BD = jnp.tanh(x_BE @ params["wx"] + h_BD @ params["wh"] + params["b"])
   return (h_BD,), h_BD
@@ -22,6 +42,7 @@ def elman(params, carry, x_BE):
 
 def gru(params, carry, x_BE):
   """Gated recurrent unit (Cho et al. 2014): update z, reset r, candidate n."""
+  _check("gru", params, carry, x_BE)
   (h_BD,) = carry
   xz, xr, xn = jnp.split(x_BE @ params["wx"] + params["b"], 3, axis=-1)
   hz, hr, hn = jnp.split(h_BD @ params["wh"], 3, axis=-1)
@@ -34,6 +55,7 @@ def gru(params, carry, x_BE):
 
 def lstm(params, carry, x_BE):
   """LSTM (Hochreiter & Schmidhuber 1997): input, forget, cell, output gates."""
+  _check("lstm", params, carry, x_BE)
   h_BD, c_BD = carry
   i, f, g, o = jnp.split(x_BE @ params["wx"] + h_BD @ params["wh"] + params["b"], 4, axis=-1)
   c_BD = jax.nn.sigmoid(f) * c_BD + jax.nn.sigmoid(i) * jnp.tanh(g)
@@ -52,6 +74,7 @@ def initial_carry(cell, batch, width, dtype=jnp.float32):
 def run(cell, params, x_BLE, carry=None):
   """Scans `cell` over L. Returns (final carry, states h_BLD)."""
   fn = _CELL_FNS[cell]
+  shapes.check(f"recurrent.run({cell!r})", x_BLE=x_BLE)
   batch, width = x_BLE.shape[0], params["wh"].shape[0]
   if carry is None:
     carry = initial_carry(cell, batch, width, x_BLE.dtype)

@@ -8,6 +8,8 @@ jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
 at the number of tokens already seen, and every layer reads and extends its own cache.
 Token ids outside [0, vocab_size) are an error when the ids are concrete; under jit they
 embed as NaN (never as some other token's row), so a training step sees a non-finite loss.
+Every layer must return x_BLD's shape [B, L, d_model]: checked with chex from static
+shapes (jaxformer.math.shapes), naming the layer, as are the embedding and the logits.
 """
 
 from collections.abc import Sequence
@@ -19,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from jaxformer.math import layers as layers_math
+from jaxformer.math import shapes
 from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import LayerNorm, param
@@ -70,9 +73,12 @@ class LanguageModel(nn.Module):
       table_LD = layers_math.sinusoidal_positions(self.max_len if decode else length, self.d_model)
       x_BLD = x_BLD + _rows(table_LD, start, length, decode).astype(self.dtype)
     x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
+    sizes = {"B": tokens_BL.shape[0], "L": length, "D": self.d_model, "V": self.vocab_size}
+    shapes.check("LanguageModel", sizes, embedded_BLD=x_BLD)
     self.sow("intermediates", "embedded", x_BLD)
-    for layer in self.layers:
+    for i, layer in enumerate(self.layers):
       x_BLD = layer(x_BLD, decode=decode)
+      shapes.check("LanguageModel", sizes, **{f"layers_{i} output x_BLD": x_BLD})
       x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     if self.final_norm:
       x_BLD = LayerNorm(name="final_norm")(x_BLD)
@@ -81,6 +87,7 @@ class LanguageModel(nn.Module):
     else:
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
       logits_BLV = contract("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
+    shapes.check("LanguageModel", sizes, logits_BLV=logits_BLV)
     return logits_BLV.astype(jnp.float32)
 
   def _decode_start(self, length):

@@ -7,7 +7,9 @@ Slots, each filled by a piece from one step file:
   mask    (steps 3, 9): causal, self (stateless) or a sliding window
   normalizer (step 6):  none | sum | softmax with temperature tau (default sqrt(K))
   valuer  (steps 4, 7): values(x) -> v_BMHK, combine(o_BLHK) -> s_BLD
-A rung is a choice of pieces (jaxformer.ladder); this module only wires them.
+A rung is a choice of pieces (jaxformer.ladder); this module only wires them, and checks
+with chex (jaxformer.math.shapes) that x_BLD, the values v_BMHK, the head outputs o_BLHK
+and s_BLD fit together: a piece that returns a wrong shape is named where it happens.
 
 `impl` selects how the softmax(q . k) case is computed: 'generic' materializes
 scores_BHLM with any scorer and normalizer; the others call the attention kernels of
@@ -27,7 +29,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxformer.math import cache as cache_math
-from jaxformer.math import mixing
+from jaxformer.math import mixing, shapes
 
 GENERIC = "generic"
 
@@ -47,10 +49,12 @@ class Mixer(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, decode=False):
+    sizes = shapes.check("Mixer", x_BLD=x_BLD)
     length = x_BLD.shape[1]
     q = self.scorer.queries(x_BLD)
     k = self.scorer.keys(x_BLD)
     v_BMHK = self.valuer.values(x_BLD)
+    sizes = shapes.check("Mixer", {**sizes, "M": length}, v_BMHK=v_BMHK)
     for name, value in (("queries", q), ("keys", k), ("values", v_BMHK)):
       if value is not None:
         self.sow("intermediates", name, value)
@@ -66,8 +70,11 @@ class Mixer(nn.Module):
       o_BLHK = self._mix(q, k, v_BMHK, self.mask_LM(length))
     else:
       o_BLHK = self._kernel(q, k, v_BMHK)
+    shapes.check("Mixer", sizes, o_BLHK=o_BLHK)
     self.sow("intermediates", "head_outputs", o_BLHK)
-    return self.valuer.combine(o_BLHK)
+    s_BLD = self.valuer.combine(o_BLHK)
+    shapes.check_same_shape("Mixer", x_BLD=x_BLD, s_BLD=s_BLD)
+    return s_BLD
 
   def _mix(self, q, k, v_BMHK, mask_LM):
     """The materialized form: any scorer, any normalizer, any mask."""

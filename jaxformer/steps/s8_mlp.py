@@ -5,12 +5,15 @@ columns of W2 the values written into the residual stream (Geva et al. 2021).
 Equation: mlp_BLD = sigma(x_BLD W1_DF + b1_F) W2_FD + b2_D.
 Without W2 (`w2=False`) hidden unit f writes coordinate f only, so F must equal D.
 With a single skip W1 can be absorbed into Wo (W1 Wo_j is one matrix); the split skip
-with a norm in between (jaxformer.nn.block) breaks that, giving the Transformer block.
+with a norm in between (jaxformer.nn.block) breaks that, giving the Transformer block
+(measured by jaxformer.analysis.absorption). Shapes x_BLD, pre_BLF and the output are
+checked with chex from static shapes (jaxformer.math.shapes).
 """
 
 import flax.linen as nn
 
 from jaxformer.math import mlp as mlp_math
+from jaxformer.math import shapes
 from jaxformer.math.contract import contract
 from jaxformer.nn import axes
 from jaxformer.nn.layers import param
@@ -24,6 +27,7 @@ class MlpKV(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD):
+    sizes = shapes.check("MlpKV", {"F": self.d_ff}, x_BLD=x_BLD)
     width = x_BLD.shape[-1]
     if not self.w2 and self.d_ff != width:
       raise ValueError(
@@ -32,13 +36,18 @@ class MlpKV(nn.Module):
     w1 = param(self, "w1", (width, self.d_ff), (axes.EMBED, axes.MLP)).astype(x_BLD.dtype)
     b1 = self._bias("b1", self.d_ff, axes.MLP, x_BLD.dtype)
     pre_BLF = contract("BLD,DF->BLF", x_BLD, w1) + b1
+    shapes.check("MlpKV", sizes, pre_BLF=pre_BLF)
     self.sow("intermediates", "mlp_pre", pre_BLF)
     post_BLF = mlp_math.ACTIVATIONS[self.activation](pre_BLF)
     self.sow("intermediates", "mlp_post", post_BLF)
     if not self.w2:
       return post_BLF
     w2 = param(self, "w2", (self.d_ff, width), (axes.MLP, axes.EMBED)).astype(x_BLD.dtype)
-    return contract("BLF,FD->BLD", post_BLF, w2) + self._bias("b2", width, axes.EMBED, x_BLD.dtype)
+    out_BLD = contract("BLF,FD->BLD", post_BLF, w2) + self._bias(
+      "b2", width, axes.EMBED, x_BLD.dtype
+    )
+    shapes.check_same_shape("MlpKV", x_BLD=x_BLD, out_BLD=out_BLD)
+    return out_BLD
 
   def _bias(self, name, size, axis, dtype):
     return param(self, name, (size,), (axis,)).astype(dtype) if self.use_bias else 0.0

@@ -341,7 +341,6 @@ def test_sliding_window_cost_is_linear_in_length():
     (dict(impl="blockwise", block_size=0), "block_size"),
     (dict(impl="dense", temperature=-1.0), "temperature"),
     (dict(impl="linear", temperature=2.0), "temperature"),
-    (dict(impl="dense", kv_mask_BM=jnp.ones((B, L + 1), bool)), "kv_mask_BM"),
   ],
 )
 def test_errors_name_the_field(kwargs, field):
