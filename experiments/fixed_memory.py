@@ -1,4 +1,4 @@
-"""Experiment 1 (reconstruction.md section 1): a fixed memory fails at recall.
+"""Experiment 1 (docs/reconstruction.md section 1): a fixed memory fails at recall.
 
 An RNN writes every input into one state of fixed size, so as key-value pairs arrive they
 compete for the same room; attention keeps every past state and reads the one it needs.
