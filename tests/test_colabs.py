@@ -81,7 +81,7 @@ CASES = {
     },
     "{'recurrent': recurrent, 'parallel': parallel, 'evals': " + _evals("rnn_attention") + ","
     " 'map_rows': a_HLM.sum(-1).tolist()}",
-    # 2 layers: L + 1 dependent steps with recurrence, 2 without (reconstruction.md, step 2);
+    # 2 layers: L + 1 dependent steps with recurrence, 2 without (docs/reconstruction.md, step 2);
     # NUM_LAYERS is 1 here: L and 1.
     lambda v: (
       v["recurrent"] == [4, 8, 16]
@@ -187,9 +187,17 @@ CASES = {
     ),
   ),
   "07_sharding": (
-    {"D_MODEL": 32, "NUM_LAYERS": 1, "BATCH_SIZE": 16, "STEPS": 3, "TASK": SMALL_TASK},
+    {
+      "D_MODEL": 32,
+      "NUM_LAYERS": 1,
+      "BATCH_SIZE": 16,
+      "STEPS": 3,
+      "CLI_STEPS": 2,
+      "TASK": SMALL_TASK,
+    },
     "{'devices': jax.device_count(), 'loss_gap': loss_gap, 'param_gap': param_gap,"
-    " 'losses': single_losses.tolist(), 'mesh': dict(mesh.shape)}",
+    " 'losses': single_losses.tolist(), 'mesh': dict(mesh.shape), 'cli': cli.returncode,"
+    " 'cli_summary': cli_summary}",
     lambda v: (
       v["devices"] == 8
       and v["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
@@ -197,6 +205,9 @@ CASES = {
       and v["param_gap"] < 1e-5
       and len(v["losses"]) == 3
       and v["losses"][-1] < v["losses"][0]
+      # the closing command: experiments.main on the same mesh, in its own process
+      and v["cli"] == 0
+      and v["cli_summary"].startswith("completed at step 2, eval_loss=")
     ),
   ),
 }
