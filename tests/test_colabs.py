@@ -210,6 +210,33 @@ CASES = {
       and v["cli_summary"].startswith("completed at step 2, eval_loss=")
     ),
   ),
+  "08_gpt2_circuits": (
+    {
+      # not on the hub offline (HF_HUB_OFFLINE below): the notebook falls back to a random GPT-2
+      "GPT2_SOURCE": "jaxformer-tests/no-such-gpt2",
+      "RANDOM_GPT2": {
+        "n_layer": 2,
+        "n_embd": 32,
+        "n_head": 4,
+        "n_positions": 64,
+        "vocab_size": 256,
+      },
+      "PROBE_WINDOW": 16,
+      "PROBE_SEQUENCES": 8,
+      "TOP_K": 3,
+      "UNITS_SHOWN": 2,
+    },
+    "{'origin': origin, 'logit_gap': logit_gap, 'resid_gap': resid_gap, 'qk_gap': qk_gap,"
+    " 'ov_gap': ov_gap, 'ranks': {k: list(v.shape) for k, v in ranks.items()},"
+    " 'probe': list(report['activations'].shape), 'units': len(units)}",
+    lambda v: (
+      v["origin"] == "random"
+      and max(v["logit_gap"], v["resid_gap"], v["qk_gap"], v["ov_gap"]) < 1e-4
+      and v["ranks"] == {"qk": [2, 4], "ov": [2, 4]}
+      and v["probe"] == [4 * 32, 3]  # F = 4 D units, TOP_K contexts each
+      and v["units"] == 2
+    ),
+  ),
 }
 
 
@@ -278,6 +305,7 @@ def test_executes(name, data_dir):
     JAX_PLATFORMS="cpu",
     JAXFORMER_DATA_DIR=data_dir,
     MPLBACKEND="module://matplotlib_inline.backend_inline",
+    HF_HUB_OFFLINE="1",  # 08 must not download GPT-2 in a test
     PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]),
   )
   client = NotebookClient(
