@@ -23,12 +23,12 @@ run: $(STAMP)
 	$(PY) -m experiments.run_all --workdir runs/ladder
 
 lint: $(TEST_STAMP)
-	$(PY) -m ruff format --check jaxformer experiments tests
-	$(PY) -m ruff check jaxformer experiments tests
+	$(PY) -m ruff format --check jaxformer experiments tests colabs
+	$(PY) -m ruff check jaxformer experiments tests colabs
 
 format: $(TEST_STAMP)
-	$(PY) -m ruff format jaxformer experiments tests
-	$(PY) -m ruff check --fix jaxformer experiments tests
+	$(PY) -m ruff format jaxformer experiments tests colabs
+	$(PY) -m ruff check --fix jaxformer experiments tests colabs
 
 test: lint
 	$(PY) -m pytest -n 2 --dist loadfile -q

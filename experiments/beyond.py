@@ -1,4 +1,4 @@
-"""Experiment 10 (reconstruction.md section 9): why the Transformer is not inevitable.
+"""Experiment 10 (docs/reconstruction.md section 9): why the Transformer is not inevitable.
 
 Dense attention costs O(L^2) time and memory. The alternatives trade something for it:
   blockwise       exact softmax attention over key blocks (online softmax), O(L) memory

@@ -1,4 +1,4 @@
-"""Experiment 6 (reconstruction.md section 5, the cache): factor A to shrink what is cached.
+"""Experiment 6 (docs/reconstruction.md section 5, the cache): factor A to shrink what is cached.
 
 A bilinear coefficient x_L^T A_j x_i caches A_j x_i, D numbers per head, for every past token
 and layer. The article's arithmetic: 5,000 tokens x 50 layers x 20 functions x 1,000 dims x

@@ -1,4 +1,4 @@
-"""Experiment 8 (reconstruction.md section 7): the value cache is too large -> concat + Wo.
+"""Experiment 8 (docs/reconstruction.md section 7): the value cache is too large -> concat + Wo.
 
 Summed heads s_L = sum_j sum_i a_ij V_j x_i keep a D-dim value per head and token. Writing
 V_j = Wv_j Wo_j (row vectors) with Wv_j of shape D x r and Wo_j of shape r x D keeps only

@@ -1,4 +1,4 @@
-"""Experiment 5 (reconstruction.md section 5): the coefficient must be a pure interaction.
+"""Experiment 5 (docs/reconstruction.md section 5): the coefficient must be a pure interaction.
 
 Split a(x_i, x_L) = g(x_i) + v(x_i, x_L) + h(x_L). Under a softmax over the sources i, h(x_L)
 cancels and g(x_i) is the same for every receiver: the one-argument terms cannot pick the one

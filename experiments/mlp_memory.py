@@ -1,4 +1,4 @@
-"""Experiment 9 (reconstruction.md section 8): the MLP is a key-value memory -> W1, W2.
+"""Experiment 9 (docs/reconstruction.md section 8): the MLP is a key-value memory -> W1, W2.
 
 mlp(x) = sum_f sigma(x . k_f + b_f) v_f: rows of W1 are keys, rows of W2 the values written
 into the residual stream (Geva et al. 2021). Measured here:

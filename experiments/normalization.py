@@ -1,4 +1,4 @@
-"""Experiment 7 (reconstruction.md section 6): sums over long sequences blow up -> softmax.
+"""Experiment 7 (docs/reconstruction.md section 6): sums over long sequences blow up -> softmax.
 
 s_L = sum_{i<=L} a_iL V x_i: with raw coefficients (`none`) the sum has L terms, so its
 size and the spread of its inputs grow with L; normalizing over the sources keeps it a

@@ -1,4 +1,4 @@
-"""Experiment 2 (reconstruction.md section 2): recurrence serializes training.
+"""Experiment 2 (docs/reconstruction.md section 2): recurrence serializes training.
 
 With recurrence, unit (layer n, position t) waits for (n, t-1) and (n-1, t): the last output
 is L + layers - 1 dependent steps from the input (a 2-layer RNN over 4 tokens: 5 steps). A

@@ -1,4 +1,4 @@
-"""Experiment 4 (reconstruction.md section 4): a matrix-valued weight function explodes.
+"""Experiment 4 (docs/reconstruction.md section 4): a matrix-valued weight function explodes.
 
 W_iL = f(x_i, x_L) is D x D. One scalar function per entry (`full_dynamic`) is D^2 functions,
 over 100K of them once D is in the hundreds; a diagonal (`diagonal_dynamic`) is D functions

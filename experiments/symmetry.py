@@ -1,4 +1,4 @@
-"""Experiment 3 (reconstruction.md section 3): the weight function needs two arguments.
+"""Experiment 3 (docs/reconstruction.md section 3): the weight function needs two arguments.
 
 W_iL = f(x_i) (`source_only`) is symmetric: x_i sends the same weight into every later unit,
 so neighbouring units compute nearly the same thing and cannot look anything up.

@@ -6,7 +6,7 @@
 
 Each rung changes one slot relative to the one before it (see README's ladder table):
 
-  rung              pressure (reconstruction.md)        what changes
+  rung              pressure (docs/reconstruction.md)   what changes
   rnn               1 fixed memory                      recurrent cell, fixed state
   rnn_attention     1 attention over the history        + a softmax read over all states
   source_only       2-3 no recurrence, dynamic weights  W_iL = f(x_i)

@@ -81,7 +81,7 @@ CASES = {
     },
     "{'recurrent': recurrent, 'parallel': parallel, 'evals': " + _evals("rnn_attention") + ","
     " 'map_rows': a_HLM.sum(-1).tolist()}",
-    # 2 layers: L + 1 dependent steps with recurrence, 2 without (reconstruction.md, step 2);
+    # 2 layers: L + 1 dependent steps with recurrence, 2 without (docs/reconstruction.md, step 2);
     # NUM_LAYERS is 1 here: L and 1.
     lambda v: (
       v["recurrent"] == [4, 8, 16]
@@ -187,9 +187,17 @@ CASES = {
     ),
   ),
   "07_sharding": (
-    {"D_MODEL": 32, "NUM_LAYERS": 1, "BATCH_SIZE": 16, "STEPS": 3, "TASK": SMALL_TASK},
+    {
+      "D_MODEL": 32,
+      "NUM_LAYERS": 1,
+      "BATCH_SIZE": 16,
+      "STEPS": 3,
+      "CLI_STEPS": 2,
+      "TASK": SMALL_TASK,
+    },
     "{'devices': jax.device_count(), 'loss_gap': loss_gap, 'param_gap': param_gap,"
-    " 'losses': single_losses.tolist(), 'mesh': dict(mesh.shape)}",
+    " 'losses': single_losses.tolist(), 'mesh': dict(mesh.shape), 'cli': cli.returncode,"
+    " 'cli_summary': cli_summary}",
     lambda v: (
       v["devices"] == 8
       and v["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
@@ -197,6 +205,36 @@ CASES = {
       and v["param_gap"] < 1e-5
       and len(v["losses"]) == 3
       and v["losses"][-1] < v["losses"][0]
+      # the closing command: experiments.main on the same mesh, in its own process
+      and v["cli"] == 0
+      and v["cli_summary"].startswith("completed at step 2, eval_loss=")
+    ),
+  ),
+  "08_gpt2_circuits": (
+    {
+      # not on the hub offline (HF_HUB_OFFLINE below): the notebook falls back to a random GPT-2
+      "GPT2_SOURCE": "jaxformer-tests/no-such-gpt2",
+      "RANDOM_GPT2": {
+        "n_layer": 2,
+        "n_embd": 32,
+        "n_head": 4,
+        "n_positions": 64,
+        "vocab_size": 256,
+      },
+      "PROBE_WINDOW": 16,
+      "PROBE_SEQUENCES": 8,
+      "TOP_K": 3,
+      "UNITS_SHOWN": 2,
+    },
+    "{'origin': origin, 'logit_gap': logit_gap, 'resid_gap': resid_gap, 'qk_gap': qk_gap,"
+    " 'ov_gap': ov_gap, 'ranks': {k: list(v.shape) for k, v in ranks.items()},"
+    " 'probe': list(report['activations'].shape), 'units': len(units)}",
+    lambda v: (
+      v["origin"] == "random"
+      and max(v["logit_gap"], v["resid_gap"], v["qk_gap"], v["ov_gap"]) < 1e-4
+      and v["ranks"] == {"qk": [2, 4], "ov": [2, 4]}
+      and v["probe"] == [4 * 32, 3]  # F = 4 D units, TOP_K contexts each
+      and v["units"] == 2
     ),
   ),
 }
@@ -267,6 +305,7 @@ def test_executes(name, data_dir):
     JAX_PLATFORMS="cpu",
     JAXFORMER_DATA_DIR=data_dir,
     MPLBACKEND="module://matplotlib_inline.backend_inline",
+    HF_HUB_OFFLINE="1",  # 08 must not download GPT-2 in a test
     PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]),
   )
   client = NotebookClient(

@@ -1,6 +1,6 @@
 """How alike neighbouring units are: the symmetry measure of step 3.
 
-Pressure (reconstruction.md, step 3): with source-only weights W_iL = f(x_i), x_i sends the
+Pressure (docs/reconstruction.md, step 3): with source-only weights W_iL = f(x_i), x_i sends the
 same weight into every later unit, so unit L and unit L+1 mix almost the same inputs with
 the same coefficients and compute nearly the same thing. The measure:
 

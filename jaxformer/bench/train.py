@@ -28,7 +28,7 @@ from jaxformer.train import config as config_lib
 from jaxformer.train import metrics, optimizer, step
 
 MODELS = {
-  # ~10.9M params, ~146 GFLOP per step: the size the CPU facts in jax-notes.md were measured at
+  # ~10.9M params, ~146 GFLOP per step: the size of the CPU facts in docs/jax-notes.md
   "gpt_small": dict(
     model=dict(d_model=384, num_heads=6, num_layers=6, d_ff=1536, vocab_size=256, max_len=256),
     batch_size=8,

@@ -3,7 +3,7 @@ it reports the bad step in one line, resumes from the previous checkpoint, and t
 trains again equal the first run's bit for bit (CPU).
 
 Orbax alone restores a flipped bit silently and fails on the others with misleading errors
-(docs: jax-notes.md); the Checkpointer's checksums and fallback are unit-tested in
+(docs/jax-notes.md); the Checkpointer's checksums and fallback are unit-tested in
 tests/train/test_checkpoint.py, this is the same through `python -m experiments.main`.
 """
 
