@@ -65,5 +65,8 @@ def get_config(rung="transformer", size="cpu"):
   c.log_every = 100 if accel else 20  # steps between metrics.jsonl / TensorBoard records
 
   c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); one -1 takes the remaining devices
+  # Several slices / hosts: how many each mesh axis spans, e.g. (2, 1, 1) for data parallelism
+  # over 2 slices (jaxformer.train.sharding); None: one slice
+  c.dcn_mesh_shape = ml_collections.FieldReference(None, field_type=tuple)
   c.peak_flops_per_device = ml_collections.FieldReference(None, field_type=float)  # None: measure
   return c

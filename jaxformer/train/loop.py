@@ -52,7 +52,7 @@ def train(config, workdir=None):
   lead = jax.process_index() == 0
 
   # --- mesh -------------------------------------------------------------------------------
-  mesh = sharding.make_mesh(config.mesh_shape)
+  mesh = sharding.make_mesh(config.mesh_shape, dcn_shape=config.dcn_mesh_shape)
   dp = sharding.data_parallel_size(mesh)
   if config.batch_size % dp or config.batch_size % jax.process_count():
     raise ladder.ConfigError(

@@ -90,3 +90,69 @@ def test_state_created_sharded_by_jitted_init():
   assert {s.data.shape for s in embed.addressable_shards} == {(32, 32)}
   mu = state["opt_state"][0].mu["embed"]
   assert mu.sharding.spec == P("tensor", "fsdp")
+
+
+class FakeDevice:
+  """What the hybrid layout reads of a device: its id, process and (TPU) slice."""
+
+  platform = device_kind = "cpu"
+
+  def __init__(self, id, process_index, slice_index=None):
+    self.id, self.process_index = id, process_index
+    if slice_index is not None:
+      self.slice_index = slice_index
+
+  def __repr__(self):
+    return f"d{self.id}"
+
+
+def _ids(grid):
+  return np.vectorize(lambda d: d.id)(grid).tolist()
+
+
+@pytest.mark.parametrize(
+  "devices",
+  [
+    [FakeDevice(i, 0, slice_index=i // 4) for i in range(8)],  # 2 TPU slices, 1 host
+    [FakeDevice(i, i // 4) for i in range(8)],  # 2 hosts without slices
+    [FakeDevice(i, i // 4, slice_index=0) for i in range(8)],  # 2 hosts, one slice index
+  ],
+)
+def test_hybrid_mesh_puts_the_dcn_axis_across_slices(devices):
+  # tensor=2 spans the 2 slices; data=4 stays inside each: slice s holds tensor column s
+  grid = sharding.device_grid((4, 1, 2), (1, 1, 2), devices)
+  assert _ids(grid) == [[[0, 4]], [[1, 5]], [[2, 6]], [[3, 7]]]
+  # data over the slices instead: the first two data rows are slice 0's
+  grid = sharding.device_grid((4, 1, 2), (2, 1, 1), devices)
+  assert _ids(grid) == [[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]]
+
+
+def test_one_slice_hybrid_mesh_is_the_default_mesh():
+  mesh = sharding.make_mesh((2, 2, 2), dcn_shape=(1, 1, 1))
+  assert mesh.shape == {"data": 2, "fsdp": 2, "tensor": 2}
+  assert all(t == jax.sharding.AxisType.Auto for t in mesh.axis_types)
+  np.testing.assert_array_equal(mesh.devices, sharding.make_mesh((2, 2, 2)).devices)
+
+
+@pytest.mark.parametrize(
+  "dcn,match",
+  [
+    ((2, 1), "expected 3 positive integers"),
+    ((0, 1, 1), "expected 3 positive integers"),
+    ((1, 1, 3), r"tensor spans 3 slices, which does not divide mesh_shape tensor=2"),
+    ((2, 1, 1), r"spans 2 slices but the devices form 1 \(processes\)"),
+  ],
+)
+def test_bad_dcn_mesh_shape_names_the_field(dcn, match):
+  with pytest.raises(sharding.MeshError, match=match) as info:
+    sharding.make_mesh((4, 1, 2), dcn_shape=dcn)
+  assert str(info.value).startswith("dcn_mesh_shape=")
+
+
+def test_dcn_mesh_shape_is_a_config_field():
+  from jaxformer.train import config as config_lib
+
+  c = config_lib.get_config("transformer")
+  assert c.dcn_mesh_shape is None
+  c.dcn_mesh_shape = (1, 1, 2)  # a typed field: the command line parses a tuple into it
+  assert c.dcn_mesh_shape == (1, 1, 2)
