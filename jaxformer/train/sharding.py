@@ -15,8 +15,13 @@ says how many slices each axis spans; the mesh is the hybrid layout of
 devices laid out over its fast interconnect (ICI), and the slow network (DCN) carries only the
 axes that span slices. A slice is a TPU slice (`device.slice_index`) or, where devices have no
 such slices, a process (one host).
+
+Each process feeds the batch rows of the batch shards its devices hold (`process_batch_shard`):
+processes whose devices hold the same shards (the tensor axis spanning processes) read the same
+rows.
 """
 
+import collections
 import contextlib
 import math
 
@@ -155,6 +160,38 @@ def check_divisible(abstract_tree, shardings):
           f"mesh_shape={tuple(sharding.mesh.shape.values())}: {where} dimension {dim} "
           f"(size {size}) is split over {'x'.join(names)}={parts}, which does not divide it"
         )
+
+
+def process_batch_shard(mesh, process_index=None):
+  """(index, count): the batch rows this process feeds are block `index` of `count` equal
+  contiguous blocks of the global batch, the rows its devices hold under `batch_sharding`.
+  Processes whose devices hold the same batch shards get the same index."""
+  dp = data_parallel_size(mesh)
+  rows = batch_sharding(mesh).devices_indices_map((dp,))  # device -> (slice of the dp shards,)
+  shards = collections.defaultdict(set)
+  for device, (rows_of_device,) in rows.items():
+    shards[device.process_index].add(rows_of_device.start or 0)
+  index = jax.process_index() if process_index is None else process_index
+  return shard_blocks(shards, dp)[index]
+
+
+def shard_blocks(shards, num_shards):
+  """{process: batch shard ids its devices hold} -> {process: (block index, block count)}.
+
+  Every process must hold one contiguous, aligned run of the same length (the layout
+  `jax.make_array_from_process_local_data` assembles from contiguous per-process rows)."""
+  size = len(next(iter(shards.values())))
+  blocks = {}
+  for process, held in shards.items():
+    start = min(held)
+    if held != set(range(start, start + size)) or start % size:
+      raise MeshError(
+        f"mesh_shape: process {process} holds batch shards {sorted(held)} of {num_shards}, "
+        f"not one contiguous block of {size}; with dcn_mesh_shape, span slices with the data "
+        "axis rather than fsdp"
+      )
+    blocks[process] = (start // size, num_shards // size)
+  return blocks
 
 
 def batch_sharding(mesh):

@@ -156,3 +156,24 @@ def test_dcn_mesh_shape_is_a_config_field():
   assert c.dcn_mesh_shape is None
   c.dcn_mesh_shape = (1, 1, 2)  # a typed field: the command line parses a tuple into it
   assert c.dcn_mesh_shape == (1, 1, 2)
+
+
+@pytest.mark.parametrize(
+  "held,expected",
+  [
+    ({0: {0, 1}, 1: {2, 3}}, {0: (0, 2), 1: (1, 2)}),  # data over processes
+    ({0: {0, 1}, 1: {0, 1}}, {0: (0, 1), 1: (0, 1)}),  # tensor over processes: same rows
+    ({0: {0}, 1: {0}, 2: {1}, 3: {1}}, {0: (0, 2), 1: (0, 2), 2: (1, 2), 3: (1, 2)}),
+  ],
+)
+def test_each_process_feeds_the_block_its_devices_hold(held, expected):
+  assert sharding.shard_blocks(held, num_shards=len(set().union(*held.values()))) == expected
+
+
+def test_scattered_batch_shards_are_refused():
+  with pytest.raises(sharding.MeshError, match=r"process 0 holds batch shards \[0, 2\] of 4"):
+    sharding.shard_blocks({0: {0, 2}, 1: {1, 3}}, num_shards=4)
+
+
+def test_one_process_feeds_the_whole_batch():
+  assert sharding.process_batch_shard(sharding.make_mesh((2, 2, 2))) == (0, 1)
