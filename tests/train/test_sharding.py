@@ -1,5 +1,7 @@
 """Mesh shapes, logical rules -> shardings, and the errors for meshes that cannot work."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -177,3 +179,32 @@ def test_scattered_batch_shards_are_refused():
 
 def test_one_process_feeds_the_whole_batch():
   assert sharding.process_batch_shard(sharding.make_mesh((2, 2, 2))) == (0, 1)
+
+
+def _constraints(rung, mesh, **fields):
+  """{(shape, spec)} of the activation sharding constraints (batch split over data x fsdp) in
+  the rung's forward, as Shardy lowers them: ('4x16x2x32', '{"tensor"}, {}') ..."""
+  config = ladder.default_config(rung)
+  config.update(fields)
+  model = ladder.build(rung, config)
+  tokens = jax.numpy.zeros((4, 16), jax.numpy.int32)
+  with sharding.active(mesh):
+    params = jax.eval_shape(model.init, jax.random.key(0), tokens)
+    text = jax.jit(model.apply).lower(params, tokens).as_text()
+  found = re.findall(
+    r'sdy.sharding_constraint %\S+ <@mesh, \[\{"data", "fsdp"\}, \{\}, (.*)\]> : tensor<(\S+)xf32>',
+    text,
+  )
+  return {(shape, spec) for spec, shape in found}
+
+
+@pytest.mark.parametrize("rung", ["transformer", "matrix_sum"])
+def test_heads_mlp_and_logits_activations_split_over_tensor(rung):
+  # B=4 over data x fsdp; heads H=2 (K=32 or E=D=64), MLP F=96 and vocab V=48 over tensor
+  found = _constraints(rung, sharding.make_mesh((2, 2, 2)), vocab_size=48, d_ff=96)
+  assert ("4x16x64", "{}") in found  # the residual stream, as before
+  heads = "4x16x2x32" if rung == "transformer" else "4x16x2x64"
+  assert (heads, '{"tensor"}, {}') in found
+  assert ("4x16x48", '{"tensor"}') in found  # logits
+  if rung == "transformer":
+    assert ("4x16x96", '{"tensor"}') in found  # MLP hidden
