@@ -39,7 +39,7 @@ def run(spec: str = DEFAULT_SPEC, batch_size: int = 256, steps: int = 40, data_d
   steps_done = iter(range(steps + 1))
   rates = {"per_record": _rate(lambda: per_record[next(steps_done)], steps, batch_size)}
   for name, threads in (("batched", 0), ("loader", 2)):
-    loader = Loader(ds, batch_size, seed=0, process_index=0, process_count=1,
+    loader = Loader(ds, batch_size, seed=0, shard_index=0, shard_count=1,
                         num_threads=threads)  # fmt: skip
     rates[name] = _rate(lambda loader=loader: next(loader), steps, batch_size)
   return {

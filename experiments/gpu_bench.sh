@@ -1,91 +1,75 @@
 #!/usr/bin/env bash
-# The attention, decode and train suites on one GPU, within 10 minutes; writes a Markdown table
-# and the raw JSON of each suite.
+# The attention, decode and train suites on one NVIDIA GPU (about 10 minutes, plus the first
+# install), on a fresh Linux x86_64 machine that reaches the package registry.
 #
-#   experiments/gpu_bench.sh prepare      # here, on the CPU machine: pure-Python deps -> .whl/pylib
-#   experiments/gpu_bench.sh [OUT_DIR]    # on the GPU machine (default OUT_DIR: $OUT or runs/gpu_bench)
-#   SMOKE=1 experiments/gpu_bench.sh DIR  # tiny sizes: checks the script itself on a CPU
+#   bash experiments/gpu_bench.sh [OUT_DIR]            # default OUT_DIR: runs/gpu_bench
+#   bash experiments/gpu_bench.sh --dry-run [OUT_DIR]  # the same Python at tiny sizes on this
+#                                                      # machine (CPU), without the GPU check
 #
-# The GPU machine has jax (CUDA), flax, optax, orbax, chex, numpy but not ml_collections (which
-# jaxformer.ladder and the configs import) nor PyYAML (which ml_collections imports). Both are
-# pure Python: `prepare` copies them from this machine's environment into .whl/pylib (ignored by
-# git), and the device run carries that folder (run(..., carry=[".whl"])) and puts it on
-# PYTHONPATH only when the machine lacks them. Nothing else on the bench path needs them
-# (no tensorflow-datasets, no grain: the suites make their own random tokens).
+# The real run creates its own virtual environment (GPU_BENCH_VENV, default .venv-gpu) from
+# PYTHON (default python3, 3.11 or newer) with requirements.txt and the jax CUDA 12 wheels of
+# requirements-gpu.txt (NVIDIA driver >= 525.60.13), reinstalling only when those files change.
+# The dry run uses GPU_BENCH_PYTHON (default .venv/bin/python, made by `make` when missing).
+# Then experiments/gpu_bench.py asserts jax.default_backend() == 'gpu' (not in the dry run),
+# times windows of at least 20 steps, and writes OUT_DIR/gpu_bench.json (command, device kind,
+# driver, jax and jaxlib versions, each suite's status and result), each suite's JSON and log,
+# and OUT_DIR/benchmarks_gpu.md. Exit status: 0 when every suite ran, 1 when the backend check
+# or any suite failed, 2 for a bad command line or Python.
 set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+
+COMMAND="$0${*:+ $*}"
+DRY_RUN=0
+OUT_DIR=""
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "error: unknown option $arg (expected [--dry-run] [OUT_DIR])" >&2; exit 2 ;;
+    *)
+      if [ -n "$OUT_DIR" ]; then
+        echo "error: one OUT_DIR expected, got '$OUT_DIR' and '$arg'" >&2
+        exit 2
+      fi
+      OUT_DIR=$arg
+      ;;
+  esac
+done
+if [ -n "$OUT_DIR" ]; then  # relative to where the script was started
+  mkdir -p "$OUT_DIR"
+  OUT_DIR=$(cd "$OUT_DIR" && pwd)
+fi
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+OUT_DIR=${OUT_DIR:-$PWD/runs/gpu_bench}
 
-if [ "${1:-}" = "prepare" ]; then
-  mkdir -p .whl/pylib
-  "$PYTHON" - <<'PY'
-import os, shutil, ml_collections, yaml
-for module in (ml_collections, yaml):
-  src = os.path.dirname(module.__file__)
-  dst = os.path.join(".whl/pylib", os.path.basename(src))
-  shutil.rmtree(dst, ignore_errors=True)
-  # Python sources only: yaml falls back to its pure-Python parser without the C extension
-  shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "__pycache__", "tests"))
-  print("copied", src, "->", dst)
-PY
-  exit 0
-fi
-
-OUT_DIR=${1:-${OUT:-runs/gpu_bench}}
-mkdir -p "$OUT_DIR"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$PYTHON" -c "import ml_collections" 2>/dev/null; then
-  export PYTHONPATH="$PYTHONPATH:$PWD/.whl/pylib"
-  "$PYTHON" -c "import ml_collections" || {
-    echo "ml_collections is missing: run '$0 prepare' on the CPU machine and carry .whl" >&2
-    exit 2
-  }
-fi
-"$PYTHON" -c "import jax; print('jax', jax.__version__, jax.devices())"
-
-# Budget (seconds): compile + run of each suite, 10 minutes in all with room to spare.
-run_suite() {  # name, timeout, extra args
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name (timeout ${limit}s)"
-  if ! timeout "$limit" "$PYTHON" -m experiments.bench "$name" "$@" --json >"$OUT_DIR/$name.json" \
-    2>"$OUT_DIR/$name.log"; then
-    echo "$name failed or ran out of time; see $OUT_DIR/$name.log" >&2
-    tail -5 "$OUT_DIR/$name.log" >&2 || true
+if [ "$DRY_RUN" = 1 ]; then
+  if [ -z "${GPU_BENCH_PYTHON:-}" ] && [ ! -x .venv/bin/python ]; then
+    make .venv/.installed
   fi
-}
-if [ "${SMOKE:-0}" = "1" ]; then  # a quick check of this script on a CPU
-  run_suite attention 300 --size small --lengths 256
-  run_suite decode 300 --size tiny
-  run_suite train 300 --size tiny
+  PY=${GPU_BENCH_PYTHON:-.venv/bin/python}
 else
-  run_suite attention 180 --size medium
-  run_suite decode 150 --size gpt_small
-  run_suite train 180 --size gpt2_small
+  BASE=${PYTHON:-python3}
+  if ! "$BASE" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "error: PYTHON=$BASE is not Python 3.11 or newer, which jax 0.10.2 needs" >&2
+    exit 2
+  fi
+  VENV=${GPU_BENCH_VENV:-.venv-gpu}
+  WANT=$(cat requirements.txt requirements-gpu.txt | sha256sum | cut -d' ' -f1)
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$BASE" -m venv "$VENV"
+  fi
+  if [ "$(cat "$VENV/.gpu-bench-installed" 2>/dev/null || true)" != "$WANT" ]; then
+    "$VENV/bin/python" -m pip install --upgrade pip
+    "$VENV/bin/python" -m pip install -r requirements.txt -r requirements-gpu.txt
+    echo "$WANT" >"$VENV/.gpu-bench-installed"
+  fi
+  PY=$VENV/bin/python
 fi
 
-"$PYTHON" - "$OUT_DIR" <<'PY'
-import json, os, sys
-from experiments.bench import SUITES
-from jaxformer.bench import format_table
-
-out = sys.argv[1]
-lines, machine = ["# GPU benchmarks", ""], {}
-for name in ("attention", "decode", "train"):
-  path = os.path.join(out, f"{name}.json")
-  try:
-    with open(path) as f:
-      result = json.load(f)
-  except (OSError, ValueError):
-    lines += [f"## {name}: no result (see {name}.log)", ""]
-    continue
-  suite = result["suites"][name]
-  lines += [f"## {name} ({suite['size']}): {SUITES[name].description}", "", "```"]
-  lines += [format_table(suite["rows"], SUITES[name].columns), "```", ""]
-  machine = result["machine"]
-lines.append("machine: " + ", ".join(f"{k}={v}" for k, v in machine.items()))
-table = "\n".join(lines) + "\n"
-with open(os.path.join(out, "benchmarks_gpu.md"), "w") as f:
-  f.write(table)
-print(table)
-PY
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+ARGS=("$OUT_DIR" --command "$COMMAND")
+if [ "$DRY_RUN" = 1 ]; then
+  ARGS+=(--dry-run)
+fi
+exec "$PY" -m experiments.gpu_bench "${ARGS[@]}"

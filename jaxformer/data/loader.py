@@ -5,9 +5,13 @@ grain's MapDataset gives the index pipeline: `range(n)`, a per-epoch `shuffle` b
 is random access (`batches[s]`), so the iterator state is one step counter and a
 resumed loader yields exactly the batch the interrupted one would have.
 
-Each step's global batch is the same for any process count; process p takes its
-contiguous slice of global_batch_size // process_count examples, which is the order
-`jax.make_array_from_process_local_data` (see `to_global`) reassembles.
+Each step's global batch is the same for any process count. It is read in `shard_count`
+contiguous blocks of global_batch_size // shard_count examples; a process reads block
+`shard_index`, the rows its devices hold (`jaxformer.train.sharding.process_batch_shard`
+derives both from the mesh), which is the order `jax.make_array_from_process_local_data` (see
+`to_global`) reassembles. Processes whose devices hold the same batch shard (a tensor axis that
+spans processes) read the same block; `check_replicas` verifies that they fed the same data.
+Without a mesh the default is one block per process.
 
 Records are read with one `source.__getitems__(indices)` per local batch: grain 0.2.18's
 own batching reads one record at a time, which is slower (experiments/bench_loader.py).
@@ -19,11 +23,13 @@ repeats of its own examples whose `mask` is 0: shapes stay static (no recompile)
 the padding adds nothing to a masked loss or accuracy.
 """
 
+import zlib
 from typing import Any
 
 import grain
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxformer.data.spec import DataError
 
@@ -39,8 +45,8 @@ class Loader:
     seed: int,
     shuffle: bool = True,
     num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
+    shard_index: int | None = None,
+    shard_count: int | None = None,
     drop_remainder: bool = True,
     num_threads: int = 2,
     prefetch: int = 2,
@@ -49,15 +55,15 @@ class Loader:
     self.source = getattr(dataset, "source", dataset)  # a Dataset or a bare source
     self.spec = getattr(dataset, "spec", None)
     n = len(self.source)
-    count = jax.process_count() if process_count is None else process_count
-    index = jax.process_index() if process_index is None else process_index
+    count = jax.process_count() if shard_count is None else shard_count
+    index = jax.process_index() if shard_index is None else shard_index
     G = global_batch_size
     if G < 1 or G % count:
       raise DataError(
-        f"loader.global_batch_size={G}: must be a positive multiple of process_count={count}"
+        f"loader.global_batch_size={G}: must be a positive multiple of shard_count={count}"
       )
     if not 0 <= index < count:
-      raise DataError(f"loader.process_index={index}: must be in [0, {count})")
+      raise DataError(f"loader.shard_index={index}: must be in [0, {count})")
     if n == 0 or (drop_remainder and n < G):
       raise DataError(
         f"loader.global_batch_size={G}: the dataset has {n} examples, "
@@ -68,7 +74,7 @@ class Loader:
     if not 0 <= seed < 2**32:
       raise DataError(f"loader.seed={seed}: must be in [0, 2**32)")
     self.global_batch_size, self.local_batch_size = G, G // count
-    self.process_index, self.process_count = index, count
+    self.shard_index, self.shard_count = index, count
     self._config = {
       "seed": seed,
       "global_batch_size": G,
@@ -87,12 +93,12 @@ class Loader:
     self._iter = self._batches.to_iter_dataset(options).__iter__()
 
   def _read(self, global_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """Global batch of indices -> this process's examples, read in one call."""
+    """Global batch of indices -> this shard's examples, read in one call."""
     G, B = self.global_batch_size, self.local_batch_size
     ids = np.asarray(global_ids, dtype=np.int64)
     valid = np.arange(G) < len(ids)
     ids = np.resize(ids, G)  # pads a short last batch with its own examples
-    lo = self.process_index * B
+    lo = self.shard_index * B
     ids, valid = ids[lo : lo + B], valid[lo : lo + B]
     getitems = getattr(self.source, "__getitems__", None)
     records = getitems(ids.tolist()) if getitems else [self.source[i] for i in ids]
@@ -123,10 +129,50 @@ class Loader:
     self._iter.set_state({"next_index": int(state["step"])})  # drops the prefetched
 
 
-def to_global(batch: dict[str, np.ndarray], sharding: jax.sharding.Sharding) -> dict:
-  """Process-local numpy batch -> global jax.Arrays laid out by `sharding`.
+def to_global(batch: dict[str, np.ndarray], sharding: jax.sharding.Sharding, global_batch_size):
+  """This process's block of the batch -> global jax.Arrays of `global_batch_size` rows laid
+  out by `sharding` (each process passes the Loader's block for its devices' rows)."""
+  return jax.tree.map(
+    lambda x: jax.make_array_from_process_local_data(
+      sharding, x, (global_batch_size, *x.shape[1:])
+    ),
+    batch,
+  )
 
-  Every process passes its own slice (the Loader's); the global batch dimension is
-  the concatenation over processes in process order.
-  """
-  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
+
+def checksum(arrays, crc=0) -> int:
+  """CRC32 of numpy arrays in order (continuing `crc`), a 31-bit int that an int32 carries."""
+  for x in arrays:
+    crc = zlib.crc32(np.ascontiguousarray(x).tobytes(), crc)
+  return crc & 0x7FFFFFFF
+
+
+def check_replicas(batch: dict[str, jax.Array]) -> None:
+  """DataError when devices of different processes hold the same batch rows with different
+  values (a batch shard replicated across processes fed different data: jax does not notice,
+  and the replicas then compute different things). Reads this process's device shards and
+  all-gathers one (first row, checksum) pair per shard; nothing to compare with one process."""
+  if jax.process_count() == 1:
+    return
+  shards = {}  # first row -> the shard's arrays, keys in order
+  for key in sorted(batch):
+    for shard in batch[key].addressable_shards:
+      shards.setdefault(shard.index[0].start or 0, {})[key] = np.asarray(shard.data)
+  mine = np.array([(row, checksum(arrays.values())) for row, arrays in sorted(shards.items())])
+  gathered = np.asarray(multihost_utils.process_allgather(mine.astype(np.int32)))
+  disagreeing_replicas(gathered.reshape(jax.process_count(), -1, 2).tolist())
+
+
+def disagreeing_replicas(per_process):
+  """per_process[p] = [(first row, checksum), ...] of process p's shards; raises DataError
+  naming the first rows two processes hold with different checksums."""
+  seen = {}
+  for process, pairs in enumerate(per_process):
+    for row, crc in pairs:
+      first, first_crc = seen.setdefault(row, (process, crc))
+      if crc != first_crc:
+        raise DataError(
+          f"loader: processes {first} and {process} hold the batch rows from {row} with "
+          f"different data (checksums {first_crc:#x} != {crc:#x}): every process holding a "
+          "batch shard must read the same rows of the same data and seed"
+        )

@@ -28,6 +28,10 @@ VOCAB = "vocab"
 # entries) so that both dimensions of one kernel never map to the same mesh axis.
 EMBED_OUT = "embed_out"
 
+# Per-head activations (queries, keys, values, head outputs) [B, L or M, H, K]: heads split
+# over tensor as their kernels are.
+HEADS_BLHK = (BATCH, LENGTH, HEADS, KV)
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # logical name -> mesh axis (None: replicated). Batch over data x fsdp, weights sharded

@@ -87,6 +87,7 @@ class LanguageModel(nn.Module):
     else:
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
       logits_BLV = contract("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
+    logits_BLV = nn.with_logical_constraint(logits_BLV, (axes.BATCH, axes.LENGTH, axes.VOCAB))
     shapes.check("LanguageModel", sizes, logits_BLV=logits_BLV)
     return logits_BLV.astype(jnp.float32)
 

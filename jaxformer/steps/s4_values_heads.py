@@ -66,7 +66,8 @@ class MatrixSum(nn.Module):
     )
 
   def values(self, x_BMD):
-    return jnp.einsum("BMD,HDE->BMHE", x_BMD, self.v_HDE.astype(x_BMD.dtype))
+    v_BMHE = jnp.einsum("BMD,HDE->BMHE", x_BMD, self.v_HDE.astype(x_BMD.dtype))
+    return nn.with_logical_constraint(v_BMHE, axes.HEADS_BLHK)
 
   def combine(self, o_BLHK):
     return heads.combine_sum(o_BLHK)

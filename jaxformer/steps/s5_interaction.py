@@ -113,4 +113,5 @@ class LowRank(nn.Module):
 
 def _project(x_BLD, w_DHK, b_HK=None):
   y_BLHK = contract("BLD,DHK->BLHK", x_BLD, w_DHK.astype(x_BLD.dtype))
-  return y_BLHK if b_HK is None else y_BLHK + b_HK.astype(x_BLD.dtype)
+  y_BLHK = y_BLHK if b_HK is None else y_BLHK + b_HK.astype(x_BLD.dtype)
+  return nn.with_logical_constraint(y_BLHK, axes.HEADS_BLHK)

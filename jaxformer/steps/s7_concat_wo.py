@@ -36,8 +36,10 @@ class ConcatWo(nn.Module):
 
   def values(self, x_BMD):
     v_BMHK = contract("BMD,DHK->BMHK", x_BMD, self.wv_DHK.astype(x_BMD.dtype))
-    return v_BMHK + self.bv_HK.astype(x_BMD.dtype) if self.use_bias else v_BMHK
+    v_BMHK = v_BMHK + self.bv_HK.astype(x_BMD.dtype) if self.use_bias else v_BMHK
+    return nn.with_logical_constraint(v_BMHK, axes.HEADS_BLHK)
 
   def combine(self, o_BLHK):
+    o_BLHK = nn.with_logical_constraint(o_BLHK, axes.HEADS_BLHK)
     out_BLD = heads.combine_concat(o_BLHK, self.wo_HKD.astype(o_BLHK.dtype))
     return out_BLD + self.bo_D.astype(o_BLHK.dtype) if self.use_bias else out_BLD

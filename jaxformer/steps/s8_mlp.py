@@ -36,6 +36,7 @@ class MlpKV(nn.Module):
     w1 = param(self, "w1", (width, self.d_ff), (axes.EMBED, axes.MLP)).astype(x_BLD.dtype)
     b1 = self._bias("b1", self.d_ff, axes.MLP, x_BLD.dtype)
     pre_BLF = contract("BLD,DF->BLF", x_BLD, w1) + b1
+    pre_BLF = nn.with_logical_constraint(pre_BLF, (axes.BATCH, axes.LENGTH, axes.MLP))
     shapes.check("MlpKV", sizes, pre_BLF=pre_BLF)
     self.sow("intermediates", "mlp_pre", pre_BLF)
     post_BLF = mlp_math.ACTIVATIONS[self.activation](pre_BLF)

@@ -45,7 +45,9 @@ def get_config(rung="transformer", size="cpu"):
   c.data_dir = ml_collections.FieldReference(None, field_type=str)  # None: $JAXFORMER_DATA_DIR
   c.seed = 0  # init, per-step rng and data order
 
-  c.batch_size = 256 if accel else 64  # global batch (all processes), per train step
+  # Global batch (all processes), per train step. accel: 512 divides every power-of-two device
+  # count up to 512, so the default mesh (every device data parallel) fits any of them.
+  c.batch_size = 512 if accel else 64
   c.total_steps = 20_000 if accel else 600  # train steps (micro-steps when accumulating)
   c.learning_rate = 3e-3 if recurrent else 1e-3  # peak of warmup + cosine decay
   c.end_learning_rate_factor = 0.1  # the cosine ends at learning_rate * this
@@ -65,5 +67,8 @@ def get_config(rung="transformer", size="cpu"):
   c.log_every = 100 if accel else 20  # steps between metrics.jsonl / TensorBoard records
 
   c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); one -1 takes the remaining devices
+  # Several slices / hosts: how many each mesh axis spans, e.g. (2, 1, 1) for data parallelism
+  # over 2 slices (jaxformer.train.sharding); None: one slice
+  c.dcn_mesh_shape = ml_collections.FieldReference(None, field_type=tuple)
   c.peak_flops_per_device = ml_collections.FieldReference(None, field_type=float)  # None: measure
   return c

@@ -52,19 +52,20 @@ def train(config, workdir=None):
   lead = jax.process_index() == 0
 
   # --- mesh -------------------------------------------------------------------------------
-  mesh = sharding.make_mesh(config.mesh_shape)
+  mesh = sharding.make_mesh(config.mesh_shape, dcn_shape=config.dcn_mesh_shape)
   dp = sharding.data_parallel_size(mesh)
-  if config.batch_size % dp or config.batch_size % jax.process_count():
+  if config.batch_size % dp:
     raise ladder.ConfigError(
       f"batch_size={config.batch_size} is not divisible by the data-parallel size "
-      f"data x fsdp = {dp} (mesh_shape={tuple(mesh.shape.values())}) "
-      f"and the process count {jax.process_count()}"
+      f"data x fsdp = {dp} (mesh_shape={tuple(mesh.shape.values())})"
     )
+  # This process reads the rows its devices hold: processes sharing a batch shard, the same.
+  shard = dict(zip(("shard_index", "shard_count"), sharding.process_batch_shard(mesh), strict=True))
 
   # --- data -------------------------------------------------------------------------------
   train_ds, test_ds = _datasets(config.task, config.data_dir)
   program_lib.check_task_fits(config, train_ds)
-  loader = data.Loader(train_ds, config.batch_size, seed=config.seed)
+  loader = data.Loader(train_ds, config.batch_size, seed=config.seed, **shard)
   seq_len = train_ds.seq_len
   tokens_per_step = config.batch_size * seq_len
 
@@ -152,7 +153,9 @@ def train(config, workdir=None):
       with _preemption_watch(enabled=workdir is not None) as preempted:
         while s < config.total_steps:
           local = faults.poison(next(loader), s + 1, config.model.vocab_size)
-          batch = data.to_global(local, program.batch_sharding)
+          batch = data.to_global(local, program.batch_sharding, config.batch_size)
+          if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
+            data.check_replicas(batch)
           state, device_metrics = program.train_step(state, batch)
           s += 1
           faults.kill("step", s)
@@ -171,7 +174,7 @@ def train(config, workdir=None):
 
           # --- eval ---------------------------------------------------------------------------
           if due_eval:
-            result = _evaluate(program, state["params"], test_ds, config)
+            result = _evaluate(program, state["params"], test_ds, config, shard)
             faults.kill("eval", s)
             evals.append((s, result["eval_loss"], result["eval_accuracy"]))
             writer.write(s, result)
@@ -273,7 +276,7 @@ def _datasets(spec, data_dir):
   return splits
 
 
-def _evaluate(program, params, dataset, config):
+def _evaluate(program, params, dataset, config, shard):
   """Masked loss and accuracy over the test split (or its first eval_batches batches)."""
   loader = data.Loader(
     dataset,
@@ -282,12 +285,15 @@ def _evaluate(program, params, dataset, config):
     shuffle=False,
     num_epochs=1,
     drop_remainder=False,
+    **shard,
   )
   totals = None
   for i, batch in enumerate(loader):
     if config.eval_batches is not None and i >= config.eval_batches:
       break
-    sums = program.eval_step(params, data.to_global(batch, program.batch_sharding))
+    sums = program.eval_step(
+      params, data.to_global(batch, program.batch_sharding, config.batch_size)
+    )
     totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
   totals = _fetch(totals)
   weight = max(float(totals["weight_sum"]), 1.0)

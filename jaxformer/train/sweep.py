@@ -277,9 +277,7 @@ def train(config, replicas, *, log=None, keep_params=True):
   state = init(keys, hyper)
 
   seeds = sorted({r.seed for r in replicas})
-  loaders = {
-    s: iter(data.Loader(train_ds, B, seed=s, process_index=0, process_count=1)) for s in seeds
-  }
+  loaders = {s: iter(data.Loader(train_ds, B, seed=s, shard_index=0, shard_count=1)) for s in seeds}
   row = [seeds.index(r.seed) for r in replicas]
   active = np.ones(n, bool)  # host copy, exact at each host read
   active_dev = put(active)

@@ -8,6 +8,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxformer.data import DataError, Loader, get_dataset, to_global
+from jaxformer.data.loader import checksum, disagreeing_replicas
 
 L = 3
 
@@ -41,8 +42,7 @@ def take(loader, n):
 def test_two_processes_cover_each_example_once_per_epoch():
   n, G = 64, 16
   loaders = [
-    Loader(IndexSource(n), G, seed=3, num_epochs=2, process_index=p, process_count=2)
-    for p in (0, 1)
+    Loader(IndexSource(n), G, seed=3, num_epochs=2, shard_index=p, shard_count=2) for p in (0, 1)
   ]
   assert loaders[0].steps_per_epoch == 4 and loaders[0].num_steps == 8
   batches = [list(loader) for loader in loaders]  # stops after num_epochs
@@ -58,9 +58,9 @@ def test_two_processes_cover_each_example_once_per_epoch():
 
 
 def test_global_batch_does_not_depend_on_the_process_count():
-  single = take(Loader(IndexSource(40), 8, seed=1, process_index=0, process_count=1), 7)
+  single = take(Loader(IndexSource(40), 8, seed=1, shard_index=0, shard_count=1), 7)
   halves = [
-    take(Loader(IndexSource(40), 8, seed=1, process_index=p, process_count=2), 7) for p in (0, 1)
+    take(Loader(IndexSource(40), 8, seed=1, shard_index=p, shard_count=2), 7) for p in (0, 1)
   ]
   for s, a, b in zip(single, *halves, strict=True):
     assert ids(s) == ids(a) + ids(b)
@@ -68,7 +68,7 @@ def test_global_batch_does_not_depend_on_the_process_count():
 
 def test_seed_and_shuffle_control_the_order():
   def first(**kw):
-    return ids(next(Loader(IndexSource(50), 10, process_index=0, process_count=1, **kw)))
+    return ids(next(Loader(IndexSource(50), 10, shard_index=0, shard_count=1, **kw)))
 
   assert first(seed=0) == first(seed=0) != first(seed=1)
   assert first(seed=0, shuffle=False) == list(range(10))
@@ -76,12 +76,12 @@ def test_seed_and_shuffle_control_the_order():
 
 def test_one_read_per_local_batch():
   source = IndexSource(100)
-  take(Loader(source, 20, seed=0, process_index=1, process_count=2, num_threads=0), 3)
+  take(Loader(source, 20, seed=0, shard_index=1, shard_count=2, num_threads=0), 3)
   assert source.batch_reads == [10, 10, 10]
 
 
 def test_resumed_loader_yields_exactly_the_next_batches():
-  make = lambda: Loader(IndexSource(30), 6, seed=7, process_index=1, process_count=2)  # noqa: E731
+  make = lambda: Loader(IndexSource(30), 6, seed=7, shard_index=1, shard_count=2)  # noqa: E731
   original = make()
   take(original, 7)  # past the first epoch boundary (5 steps per epoch)
   state = json.loads(json.dumps(original.get_state()))
@@ -92,8 +92,8 @@ def test_resumed_loader_yields_exactly_the_next_batches():
 
 
 def test_state_from_another_stream_is_refused():
-  state = Loader(IndexSource(30), 6, seed=7, process_index=0, process_count=1).get_state()
-  other = Loader(IndexSource(30), 6, seed=8, process_index=0, process_count=1)
+  state = Loader(IndexSource(30), 6, seed=7, shard_index=0, shard_count=1).get_state()
+  other = Loader(IndexSource(30), 6, seed=8, shard_index=0, shard_count=1)
   with pytest.raises(DataError, match=r"^loader state seed=7: this loader has 8"):
     other.set_state(state)
 
@@ -103,7 +103,7 @@ def test_last_partial_batch_is_padded_with_masked_repeats():
   per_process = [
         list(
             Loader(IndexSource(n), G, seed=0, num_epochs=1, drop_remainder=False,
-                   process_index=p, process_count=2)
+                   shard_index=p, shard_count=2)
         )
         for p in (0, 1)
     ]  # fmt: skip
@@ -120,14 +120,14 @@ def test_last_partial_batch_is_padded_with_masked_repeats():
 @pytest.mark.parametrize(
   "kwargs, starts",
   [
-    ({"global_batch_size": 9, "process_count": 2}, "loader.global_batch_size=9: must be"),
-    ({"global_batch_size": 64, "process_count": 1}, "loader.global_batch_size=64: the dataset"),
-    ({"global_batch_size": 8, "process_count": 2, "process_index": 2}, "loader.process_index"),
-    ({"global_batch_size": 8, "process_count": 1, "num_epochs": 0}, "loader.num_epochs=0"),
+    ({"global_batch_size": 9, "shard_count": 2}, "loader.global_batch_size=9: must be"),
+    ({"global_batch_size": 64, "shard_count": 1}, "loader.global_batch_size=64: the dataset"),
+    ({"global_batch_size": 8, "shard_count": 2, "shard_index": 2}, "loader.shard_index"),
+    ({"global_batch_size": 8, "shard_count": 1, "num_epochs": 0}, "loader.num_epochs=0"),
   ],
 )
 def test_bad_loader_arguments(kwargs, starts):
-  kwargs = {"process_index": 0, **kwargs}
+  kwargs = {"shard_index": 0, **kwargs}
   with pytest.raises(DataError, match="^" + starts):
     Loader(IndexSource(40), seed=0, **kwargs)
 
@@ -138,7 +138,7 @@ def test_tfds_dataset_through_the_loader_onto_the_mesh(tmp_path):
     "train",
     data_dir=str(tmp_path),
   )
-  loader = Loader(ds, 16, seed=0)  # process index and count from jax: 0 of 1
+  loader = Loader(ds, 16, seed=0)  # shard index and count default to the process: 0 of 1
   batch = next(loader)
   assert loader.get_state()["spec"] == ds.spec
   rows = {ds.source[i]["inputs"].tobytes(): i for i in range(len(ds))}
@@ -147,6 +147,23 @@ def test_tfds_dataset_through_the_loader_onto_the_mesh(tmp_path):
     for k in ("inputs", "targets", "mask"):
       np.testing.assert_array_equal(batch[k][j], ds.source[i][k])
   mesh = jax.make_mesh((8,), ("data",))
-  arrays = to_global(batch, NamedSharding(mesh, PartitionSpec("data")))
+  arrays = to_global(batch, NamedSharding(mesh, PartitionSpec("data")), 16)
   assert arrays["inputs"].shape == (16, 16) and len(arrays["inputs"].sharding.device_set) == 8
   np.testing.assert_array_equal(np.asarray(arrays["targets"]), batch["targets"])
+
+
+def test_checksum_sees_any_changed_value():
+  batch = next(Loader(IndexSource(40), 8, seed=1))
+  other = {k: v.copy() for k, v in batch.items()}
+  other["targets"][3, 1] += 1
+  assert checksum(batch.values()) == checksum([v.copy() for v in batch.values()])
+  assert checksum(batch.values()) != checksum(other.values())
+  assert 0 <= checksum(batch.values()) < 2**31  # fits the int32 the processes all-gather
+
+
+def test_replicas_of_batch_rows_must_agree():
+  # 2 processes holding rows 0.. and 4.. each (a tensor axis across them), and disjoint rows
+  disagreeing_replicas([[(0, 5), (4, 7)], [(0, 5), (4, 7)]])
+  disagreeing_replicas([[(0, 5)], [(4, 5)]])
+  with pytest.raises(DataError, match=r"^loader: processes 0 and 1 hold the batch rows from 4"):
+    disagreeing_replicas([[(0, 5), (4, 7)], [(0, 5), (4, 8)]])

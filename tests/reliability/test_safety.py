@@ -195,12 +195,11 @@ def test_config_is_never_searched_for(config_arg, tmp_path):
 
 def test_the_named_config_file_is_the_one_loaded(tmp_path):
   """A copy of the default config in the working directory is loaded from there (its bad
-  batch size is what the run reports)."""
+  keep_checkpoints is what the run reports)."""
   shutil.copy(os.path.join(REPO, "experiments/configs/default.py"), tmp_path / "mine.py")
-  text = (
-    (tmp_path / "mine.py").read_text().replace("c.keep_checkpoints = 3", "c.keep_checkpoints = -7")
-  )
-  (tmp_path / "mine.py").write_text(text)
+  wrapped = "\n\n_default = get_config\n\n\ndef get_config(arg=None):\n"
+  wrapped += "  c = _default(arg)\n  c.keep_checkpoints = -7\n  return c\n"
+  (tmp_path / "mine.py").write_text((tmp_path / "mine.py").read_text() + wrapped)
   cmd = main_command(tmp_path / "run", rung="softmax")
   cmd[3] = "--config=mine.py:rung=softmax"
   result = run(cmd, tmp_path / "data", timeout=h.TIMEOUT, cwd=tmp_path)

@@ -4,7 +4,7 @@ import pytest
 
 from experiments.configs import default
 from jaxformer import data, ladder
-from jaxformer.train import optimizer
+from jaxformer.train import optimizer, sharding
 from jaxformer.train import program as program_lib
 
 TOP_LEVEL = (
@@ -35,6 +35,14 @@ def test_every_rung_and_size_is_a_valid_config(rung, size):
   assert task["vocab_size"] <= config.model.vocab_size
   if size == "cpu":
     assert config.model.to_dict() == ladder.default_config(rung).to_dict()
+
+
+@pytest.mark.parametrize("rung", ladder.RUNGS)
+def test_accel_batch_fits_any_power_of_two_devices_up_to_512(rung):
+  config = default.get_config(f"rung={rung},size=accel")
+  for devices in (2**k for k in range(10)):
+    data, fsdp, _ = sharding.resolve_mesh_shape(config.mesh_shape, devices)
+    assert config.batch_size % (data * fsdp) == 0, (devices, config.batch_size)
 
 
 def test_default_arg_is_the_transformer_on_cpu():

@@ -1,5 +1,7 @@
 """Mesh shapes, logical rules -> shardings, and the errors for meshes that cannot work."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -90,3 +92,119 @@ def test_state_created_sharded_by_jitted_init():
   assert {s.data.shape for s in embed.addressable_shards} == {(32, 32)}
   mu = state["opt_state"][0].mu["embed"]
   assert mu.sharding.spec == P("tensor", "fsdp")
+
+
+class FakeDevice:
+  """What the hybrid layout reads of a device: its id, process and (TPU) slice."""
+
+  platform = device_kind = "cpu"
+
+  def __init__(self, id, process_index, slice_index=None):
+    self.id, self.process_index = id, process_index
+    if slice_index is not None:
+      self.slice_index = slice_index
+
+  def __repr__(self):
+    return f"d{self.id}"
+
+
+def _ids(grid):
+  return np.vectorize(lambda d: d.id)(grid).tolist()
+
+
+@pytest.mark.parametrize(
+  "devices",
+  [
+    [FakeDevice(i, 0, slice_index=i // 4) for i in range(8)],  # 2 TPU slices, 1 host
+    [FakeDevice(i, i // 4) for i in range(8)],  # 2 hosts without slices
+    [FakeDevice(i, i // 4, slice_index=0) for i in range(8)],  # 2 hosts, one slice index
+  ],
+)
+def test_hybrid_mesh_puts_the_dcn_axis_across_slices(devices):
+  # tensor=2 spans the 2 slices; data=4 stays inside each: slice s holds tensor column s
+  grid = sharding.device_grid((4, 1, 2), (1, 1, 2), devices)
+  assert _ids(grid) == [[[0, 4]], [[1, 5]], [[2, 6]], [[3, 7]]]
+  # data over the slices instead: the first two data rows are slice 0's
+  grid = sharding.device_grid((4, 1, 2), (2, 1, 1), devices)
+  assert _ids(grid) == [[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]]
+
+
+def test_one_slice_hybrid_mesh_is_the_default_mesh():
+  mesh = sharding.make_mesh((2, 2, 2), dcn_shape=(1, 1, 1))
+  assert mesh.shape == {"data": 2, "fsdp": 2, "tensor": 2}
+  assert all(t == jax.sharding.AxisType.Auto for t in mesh.axis_types)
+  np.testing.assert_array_equal(mesh.devices, sharding.make_mesh((2, 2, 2)).devices)
+
+
+@pytest.mark.parametrize(
+  "dcn,match",
+  [
+    ((2, 1), "expected 3 positive integers"),
+    ((0, 1, 1), "expected 3 positive integers"),
+    ((1, 1, 3), r"tensor spans 3 slices, which does not divide mesh_shape tensor=2"),
+    ((2, 1, 1), r"spans 2 slices but the devices form 1 \(processes\)"),
+  ],
+)
+def test_bad_dcn_mesh_shape_names_the_field(dcn, match):
+  with pytest.raises(sharding.MeshError, match=match) as info:
+    sharding.make_mesh((4, 1, 2), dcn_shape=dcn)
+  assert str(info.value).startswith("dcn_mesh_shape=")
+
+
+def test_dcn_mesh_shape_is_a_config_field():
+  from jaxformer.train import config as config_lib
+
+  c = config_lib.get_config("transformer")
+  assert c.dcn_mesh_shape is None
+  c.dcn_mesh_shape = (1, 1, 2)  # a typed field: the command line parses a tuple into it
+  assert c.dcn_mesh_shape == (1, 1, 2)
+
+
+@pytest.mark.parametrize(
+  "held,expected",
+  [
+    ({0: {0, 1}, 1: {2, 3}}, {0: (0, 2), 1: (1, 2)}),  # data over processes
+    ({0: {0, 1}, 1: {0, 1}}, {0: (0, 1), 1: (0, 1)}),  # tensor over processes: same rows
+    ({0: {0}, 1: {0}, 2: {1}, 3: {1}}, {0: (0, 2), 1: (0, 2), 2: (1, 2), 3: (1, 2)}),
+  ],
+)
+def test_each_process_feeds_the_block_its_devices_hold(held, expected):
+  assert sharding.shard_blocks(held, num_shards=len(set().union(*held.values()))) == expected
+
+
+def test_scattered_batch_shards_are_refused():
+  with pytest.raises(sharding.MeshError, match=r"process 0 holds batch shards \[0, 2\] of 4"):
+    sharding.shard_blocks({0: {0, 2}, 1: {1, 3}}, num_shards=4)
+
+
+def test_one_process_feeds_the_whole_batch():
+  assert sharding.process_batch_shard(sharding.make_mesh((2, 2, 2))) == (0, 1)
+
+
+def _constraints(rung, mesh, **fields):
+  """{(shape, spec)} of the activation sharding constraints (batch split over data x fsdp) in
+  the rung's forward, as Shardy lowers them: ('4x16x2x32', '{"tensor"}, {}') ..."""
+  config = ladder.default_config(rung)
+  config.update(fields)
+  model = ladder.build(rung, config)
+  tokens = jax.numpy.zeros((4, 16), jax.numpy.int32)
+  with sharding.active(mesh):
+    params = jax.eval_shape(model.init, jax.random.key(0), tokens)
+    text = jax.jit(model.apply).lower(params, tokens).as_text()
+  found = re.findall(
+    r'sdy.sharding_constraint %\S+ <@mesh, \[\{"data", "fsdp"\}, \{\}, (.*)\]> : tensor<(\S+)xf32>',
+    text,
+  )
+  return {(shape, spec) for spec, shape in found}
+
+
+@pytest.mark.parametrize("rung", ["transformer", "matrix_sum"])
+def test_heads_mlp_and_logits_activations_split_over_tensor(rung):
+  # B=4 over data x fsdp; heads H=2 (K=32 or E=D=64), MLP F=96 and vocab V=48 over tensor
+  found = _constraints(rung, sharding.make_mesh((2, 2, 2)), vocab_size=48, d_ff=96)
+  assert ("4x16x64", "{}") in found  # the residual stream, as before
+  heads = "4x16x2x32" if rung == "transformer" else "4x16x2x64"
+  assert (heads, '{"tensor"}, {}') in found
+  assert ("4x16x48", '{"tensor"}') in found  # logits
+  if rung == "transformer":
+    assert ("4x16x96", '{"tensor"}') in found  # MLP hidden

@@ -1,0 +1,234 @@
+"""The GPU benchmark run behind experiments/gpu_bench.sh (which makes its virtual environment).
+
+  python -m experiments.gpu_bench OUT_DIR              # asserts jax's backend is 'gpu'
+  python -m experiments.gpu_bench OUT_DIR --dry-run    # the same at tiny sizes, any backend
+
+First a probe process records the machine (device kind and count, NVIDIA driver from
+nvidia-smi or null, jax, jaxlib and CUDA plugin versions) and, unless --dry-run, exits 1 when
+`jax.default_backend()` is not 'gpu': nothing is measured on the wrong device. Then each suite
+of experiments/bench.py runs in its own process under a timeout (the parent never starts jax,
+so it holds no GPU memory), timing windows of at least MIN_STEPS steps or repeats. Writes
+OUT_DIR/NAME.json and NAME.log per suite, OUT_DIR/gpu_bench.json (the command, the machine,
+each suite's status, exit code, wall time and result) and OUT_DIR/benchmarks_gpu.md; exits 1
+when the probe or any suite failed.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIN_STEPS = 20  # train steps per timed window; repeats of each attention / decode timing
+BACKEND = "gpu"
+PROBE_TIMEOUT_S = 120
+
+# (suite, arguments of experiments/bench.py, timeout seconds): about 10 minutes in all on a GPU
+PLANS = {
+  "gpu": (
+    ("attention", ("--size", "medium", "--set", f"repeats={MIN_STEPS}"), 180),
+    ("decode", ("--size", "gpt_small", "--set", f"repeats={MIN_STEPS}"), 150),
+    ("train", ("--size", "gpt2_small", "--set", f"steps={MIN_STEPS}", "--set", "windows=5"), 210),
+  ),
+  "dry_run": (
+    ("attention", ("--size", "small", "--lengths", "256", "--set", f"repeats={MIN_STEPS}"), 300),
+    ("decode", ("--size", "tiny", "--set", f"repeats={MIN_STEPS}"), 300),
+    ("train", ("--size", "tiny", "--set", f"steps={MIN_STEPS}", "--set", "windows=1"), 300),
+  ),
+}
+
+
+def nvidia_driver():
+  """The NVIDIA driver version nvidia-smi reports, or None where there is no nvidia-smi (or it
+  fails)."""
+  exe = shutil.which("nvidia-smi")
+  if exe is None:
+    return None
+  try:
+    out = subprocess.run(
+      [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+      capture_output=True,
+      text=True,
+      timeout=60,
+      check=True,
+    ).stdout.split()
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return out[0] if out else None
+
+
+def _installed(name):
+  try:
+    return importlib.metadata.version(name)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def environment():
+  """What the numbers were measured on (starts jax: run it in the probe process)."""
+  import jax
+  import jaxlib
+
+  devices = jax.devices()
+  return dict(
+    backend=jax.default_backend(),
+    device_kind=devices[0].device_kind,
+    device_count=len(devices),
+    driver_version=nvidia_driver(),
+    jax=jax.__version__,
+    jaxlib=jaxlib.__version__,
+    cuda_plugin=_installed("jax-cuda12-plugin"),
+    python=platform.python_version(),
+    platform=platform.platform(),
+  )
+
+
+def probe(expect_backend):
+  """Prints the environment as JSON; exits 1 when jax's backend is not `expect_backend`."""
+  env = environment()
+  print(json.dumps(env))
+  if expect_backend is not None and env["backend"] != expect_backend:
+    print(
+      f"error: jax.default_backend() is {env['backend']!r}, expected {expect_backend!r} "
+      f"(devices: {env['device_count']} x {env['device_kind']}, NVIDIA driver "
+      f"{env['driver_version']}, jaxlib {env['jaxlib']}, CUDA plugin {env['cuda_plugin']}); "
+      "jax's warnings above say why the GPU was not used",
+      file=sys.stderr,
+    )
+    sys.exit(1)
+
+
+def _child(args, timeout, stdout_path=None, log_path=None):
+  """Runs `python -m experiments.<args>`; (status, returncode, wall seconds, stdout)."""
+  cmd = [sys.executable, "-m", *args]
+  start = time.perf_counter()
+  with open(log_path or os.devnull, "w") as log:
+    try:
+      done = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout, cwd=REPO
+      )
+    except subprocess.TimeoutExpired as e:
+      out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+      return "timeout", None, time.perf_counter() - start, out
+  wall = time.perf_counter() - start
+  if stdout_path is not None:
+    with open(stdout_path, "w") as f:
+      f.write(done.stdout)
+  return ("ok" if done.returncode == 0 else "failed"), done.returncode, wall, done.stdout
+
+
+def run(out_dir, plan, expect_backend=BACKEND, command=None):
+  """Probe, then every suite of `plan`; writes the files above; returns the exit code."""
+  os.makedirs(out_dir, exist_ok=True)
+  summary = dict(
+    command=command or " ".join(sys.argv),
+    expect_backend=expect_backend,
+    min_steps=MIN_STEPS,
+    environment=None,
+    suites={},
+  )
+  probe_args = ["experiments.gpu_bench", "--probe"]
+  if expect_backend is not None:
+    probe_args += ["--expect-backend", expect_backend]
+  log = os.path.join(out_dir, "probe.log")
+  status, code, _, out = _child(probe_args, PROBE_TIMEOUT_S, log_path=log)
+  summary["environment"] = _last_json(out)
+  summary["probe"] = dict(status=status, returncode=code, log="probe.log")
+  print(f"probe: {status}; {summary['environment']}", flush=True)
+  if status != "ok":
+    _tail(log)
+  else:
+    for name, args, timeout in plan:
+      summary["suites"][name] = _suite(out_dir, name, args, timeout)
+  failed = [n for n, s in summary["suites"].items() if s["status"] != "ok"]
+  summary["ok"] = status == "ok" and not failed
+  with open(os.path.join(out_dir, "gpu_bench.json"), "w") as f:
+    json.dump(summary, f, indent=1, default=str)
+  table = markdown(summary)
+  with open(os.path.join(out_dir, "benchmarks_gpu.md"), "w") as f:
+    f.write(table)
+  print(table)
+  if not summary["ok"]:
+    print(f"FAILED: {', '.join(failed) or 'probe'}; see {out_dir}", file=sys.stderr)
+  return 0 if summary["ok"] else 1
+
+
+def _suite(out_dir, name, args, timeout):
+  """One suite in its own process; its JSON result, or why there is none."""
+  bench_args = ["experiments.bench", name, *args, "--json"]
+  log = os.path.join(out_dir, f"{name}.log")
+  print(f"== {name} {' '.join(args)} (timeout {timeout}s)", flush=True)
+  status, code, wall, out = _child(bench_args, timeout, os.path.join(out_dir, f"{name}.json"), log)
+  result = _last_json(out) if status == "ok" else None
+  if status == "ok" and result is None:
+    status = "bad_output"
+  if status != "ok":
+    _tail(log)
+  print(f"   {status} in {wall:.0f} s", flush=True)
+  return dict(
+    status=status,
+    returncode=code,
+    wall_s=wall,
+    timeout_s=timeout,
+    command=["python", "-m", *bench_args],
+    log=f"{name}.log",
+    result=result,
+  )
+
+
+def _last_json(text):
+  """The JSON object on the last line of `text`, or None."""
+  lines = text.strip().splitlines()
+  try:
+    return json.loads(lines[-1]) if lines else None
+  except ValueError:
+    return None
+
+
+def _tail(path, lines=8):
+  with open(path) as f:
+    print("".join(f.readlines()[-lines:]), file=sys.stderr, end="")
+
+
+def markdown(summary):
+  """The tables of every suite that produced one, and the machine."""
+  from experiments.bench import SUITES
+  from jaxformer.bench import format_table
+
+  lines = ["# GPU benchmarks", "", f"command: `{summary['command']}`", ""]
+  for name, suite in summary["suites"].items():
+    if suite["result"] is None:
+      lines += [f"## {name}: {suite['status']} (see {suite['log']})", ""]
+      continue
+    out = suite["result"]["suites"][name]
+    lines += [f"## {name} ({out['size']}): {SUITES[name].description}", "", "```"]
+    lines += [format_table(out["rows"], SUITES[name].columns), "```", ""]
+  env = summary["environment"] or {}
+  lines.append("machine: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("out_dir", nargs="?", default="runs/gpu_bench")
+  parser.add_argument(
+    "--dry-run", action="store_true", help="tiny sizes on any backend (no backend assertion)"
+  )
+  parser.add_argument("--command", help="the command line to record (the shell script's)")
+  parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+  parser.add_argument("--expect-backend", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.probe:
+    probe(args.expect_backend)
+    return
+  plan = PLANS["dry_run" if args.dry_run else "gpu"]
+  sys.exit(run(args.out_dir, plan, None if args.dry_run else BACKEND, args.command))
+
+
+if __name__ == "__main__":
+  main()
