@@ -197,10 +197,12 @@ def test_the_named_config_file_is_the_one_loaded(tmp_path):
   """A copy of the default config in the working directory is loaded from there (its bad
   batch size is what the run reports)."""
   shutil.copy(os.path.join(REPO, "experiments/configs/default.py"), tmp_path / "mine.py")
-  text = (
-    (tmp_path / "mine.py").read_text().replace("c.keep_checkpoints = 3", "c.keep_checkpoints = -7")
-  )
-  (tmp_path / "mine.py").write_text(text)
+  # The fields live in jaxformer.train.config now: the copy overrides one after building it.
+  with open(tmp_path / "mine.py", "a") as f:
+    f.write(
+      "\n\n_default_config = get_config\n\n\ndef get_config(arg=None):\n"
+      "  c = _default_config(arg)\n  c.keep_checkpoints = -7\n  return c\n"
+    )
   cmd = main_command(tmp_path / "run", rung="softmax")
   cmd[3] = "--config=mine.py:rung=softmax"
   result = run(cmd, tmp_path / "data", timeout=h.TIMEOUT, cwd=tmp_path)
