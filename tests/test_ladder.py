@@ -1,5 +1,7 @@
 """Every rung builds, is causal, trains, and keeps the properties its step claims."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -7,6 +9,7 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
+from absl.testing import parameterized
 from flax import linen as nn
 
 from jaxformer import ladder
@@ -14,8 +17,8 @@ from jaxformer import ladder
 B, L = 2, 12
 
 
-def _tokens(config, seed=0):
-  return jax.random.randint(jax.random.key(seed), (B, L), 0, config.vocab_size)
+def _tokens(config, seed=0, batch=B):
+  return jax.random.randint(jax.random.key(seed), (batch, L), 0, config.vocab_size)
 
 
 def _init(name, **overrides):
@@ -54,54 +57,85 @@ def test_rung_forward_shape_and_a_finite_gradient_step(name):
   assert float(loss2) < float(loss)
 
 
-@pytest.mark.parametrize("name", ladder.RUNGS)
-def test_rung_is_causal(name):
-  config, model, params = _init(name)
-  tokens = _tokens(config)
-  t = 6
-  changed = tokens.at[:, t].set((tokens[:, t] + 1) % config.vocab_size)
-  before, after = model.apply(params, tokens), model.apply(params, changed)
-  chex.assert_trees_all_close(before[:, :t], after[:, :t], atol=1e-6)
-  assert float(jnp.abs(before[:, t] - after[:, t]).max()) > 1e-6
+# rnn carries normalizer='softmax' in its config but has no mixer to apply it
+SOFTMAX_RUNGS = tuple(
+  r for r in ladder.RUNGS if r != "rnn" and ladder.default_config(r).normalizer == "softmax"
+)
 
 
-def test_stateless_outputs_change_only_where_the_token_changed():
-  config, model, params = _init("stateless")
-  tokens = _tokens(config)
-  changed = tokens.at[:, 5].set((tokens[:, 5] + 3) % config.vocab_size)
-  diff = jnp.abs(model.apply(params, tokens) - model.apply(params, changed)).max(axis=(0, 2))
-  np.testing.assert_array_equal(np.asarray(diff) > 1e-6, np.arange(L) == 5)
+class RungPropertyTest(chex.TestCase):
+  """What each rung's step claims, on the built model, jitted and not."""
 
+  def _intermediates(self, model, params, tokens):
+    apply = functools.partial(model.apply, mutable=["intermediates"])
+    return self.variant(apply)(params, tokens)[1]["intermediates"]
 
-def test_source_only_sends_the_same_weight_to_every_receiver():
-  config, model, params = _init("source_only")
-  _, state = model.apply(params, _tokens(config), mutable=["intermediates"])
-  a_BHLM = state["intermediates"]["layers_0"]["mixer"]["weights"][0]
-  # For each source i, every receiver L >= i gets the same coefficient (normalizer none).
-  for i in range(L):
-    column = a_BHLM[:, :, i:, i]
-    chex.assert_trees_all_close(column, jnp.broadcast_to(column[:, :, :1], column.shape), atol=1e-6)
-  assert float(jnp.abs(a_BHLM).max()) > 1e-3
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*ladder.RUNGS)
+  def test_rung_is_causal_per_row(self, name):
+    """Row 1's token at t changes: rows 0 and 2 stay bit for bit, row 1 before t too."""
+    config, model, params = _init(name)
+    tokens = _tokens(config, batch=3)
+    t = 6
+    changed = tokens.at[1, t].set((tokens[1, t] + 1) % config.vocab_size)
+    apply = self.variant(model.apply)
+    before, after = np.asarray(apply(params, tokens)), np.asarray(apply(params, changed))
+    for row in (0, 2):
+      np.testing.assert_array_equal(after[row], before[row], err_msg=f"row {row}")
+    np.testing.assert_array_equal(after[1, :t], before[1, :t], err_msg="row 1 before t")
+    self.assertGreater(float(np.abs(after[1, t] - before[1, t]).max()), 1e-6)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*SOFTMAX_RUNGS)
+  def test_softmax_rungs_weigh_the_query_own_position(self, name):
+    """a_BHLM > 0 on the diagonal (i = L, what a strict mask would drop), 0 above it."""
+    config, model, params = _init(name)
+    layers = self._intermediates(model, params, _tokens(config))
+    blocks = [v for k, v in layers.items() if k.startswith("layers_") and "mixer" in v]
+    weights = [block["mixer"]["weights"][0] for block in blocks]
+    self.assertNotEmpty(weights)
+    for a_BHLM in weights:
+      self.assertGreater(float(jnp.diagonal(a_BHLM, axis1=2, axis2=3).min()), 0.0)
+      np.testing.assert_array_equal(np.triu(np.asarray(a_BHLM), k=1), 0.0)
 
-def test_matrix_sum_is_not_symmetric():
-  config, model, params = _init("matrix_sum")
-  _, state = model.apply(params, _tokens(config), mutable=["intermediates"])
-  a_BHLM = state["intermediates"]["layers_0"]["mixer"]["weights"][0]
-  column = a_BHLM[:, :, 3:, 3]
-  spread = float(jnp.abs(column - column[:, :, :1]).max())
-  assert spread > 0.05 * float(jnp.abs(column).max())
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_stateless_outputs_change_only_where_the_token_changed(self):
+    config, model, params = _init("stateless")
+    tokens = _tokens(config)
+    changed = tokens.at[:, 5].set((tokens[:, 5] + 3) % config.vocab_size)
+    apply = self.variant(model.apply)
+    diff = jnp.abs(apply(params, tokens) - apply(params, changed)).max(axis=(0, 2))
+    np.testing.assert_array_equal(np.asarray(diff) > 1e-6, np.arange(L) == 5)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_source_only_sends_the_same_weight_to_every_receiver(self):
+    config, model, params = _init("source_only")
+    a_BHLM = self._intermediates(model, params, _tokens(config))["layers_0"]["mixer"]["weights"][0]
+    # For each source i, every receiver L >= i gets the same coefficient (normalizer none).
+    for i in range(L):
+      column = a_BHLM[:, :, i:, i]
+      chex.assert_trees_all_close(
+        column, jnp.broadcast_to(column[:, :, :1], column.shape), atol=1e-6
+      )
+    self.assertGreater(float(jnp.abs(a_BHLM).max()), 1e-3)
 
-def test_transformer_attention_equals_jax_dot_product_attention():
-  config, model, params = _init("transformer", attention="generic")
-  _, state = model.apply(params, _tokens(config), mutable=["intermediates"])
-  mixer = state["intermediates"]["layers_0"]["mixer"]
-  q, k, v = mixer["queries"][0], mixer["keys"][0], mixer["values"][0]
-  reference = jax.nn.dot_product_attention(
-    q, k, v, scale=1.0 / np.sqrt(q.shape[-1]), is_causal=True, implementation="xla"
-  )
-  chex.assert_trees_all_close(mixer["head_outputs"][0], reference, atol=1e-5)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_matrix_sum_is_not_symmetric(self):
+    config, model, params = _init("matrix_sum")
+    a_BHLM = self._intermediates(model, params, _tokens(config))["layers_0"]["mixer"]["weights"][0]
+    column = a_BHLM[:, :, 3:, 3]
+    spread = float(jnp.abs(column - column[:, :, :1]).max())
+    self.assertGreater(spread, 0.05 * float(jnp.abs(column).max()))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_transformer_attention_equals_jax_dot_product_attention(self):
+    config, model, params = _init("transformer", attention="generic")
+    mixer = self._intermediates(model, params, _tokens(config))["layers_0"]["mixer"]
+    q, k, v = mixer["queries"][0], mixer["keys"][0], mixer["values"][0]
+    reference = jax.nn.dot_product_attention(
+      q, k, v, scale=1.0 / np.sqrt(q.shape[-1]), is_causal=True, implementation="xla"
+    )
+    chex.assert_trees_all_close(mixer["head_outputs"][0], reference, atol=1e-5)
 
 
 def _mixer_param_count(name, **overrides):

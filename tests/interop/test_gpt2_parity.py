@@ -1,7 +1,9 @@
 """Parity with transformers' GPT2LMHeadModel (randomly initialized, no download).
 
-torch and transformers are test extras (requirements-test.txt); without them these tests
-are skipped and test_gpt2_format.py still checks the mapping against a numpy GPT-2.
+torch and transformers are test requirements (requirements-test.txt, installed by `make
+test`): without them every test here FAILS, naming what is missing, rather than skipping,
+so a suite that lacks them cannot pass without the parity check. test_gpt2_format.py
+checks the mapping against a numpy GPT-2 as well.
 """
 
 import pickle
@@ -10,13 +12,24 @@ import jax
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="GPT-2 parity needs torch (make test installs it)")
-transformers = pytest.importorskip(
-  "transformers", reason="GPT-2 parity needs transformers (make test installs it)"
-)
+try:
+  import torch
+  import transformers
+except ImportError as error:  # reported by every test below, not skipped
+  torch = transformers = None
+  _MISSING = f"{error}; install requirements-test.txt (make .venv/.installed-test)"
+else:
+  _MISSING = None
 
 from jaxformer import ladder  # noqa: E402
 from jaxformer.interop import gpt2  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _torch_and_transformers():
+  if _MISSING is not None:
+    pytest.fail(f"GPT-2 parity needs torch and transformers: {_MISSING}", pytrace=False)
+
 
 SHAPES = [  # GPT2Config fields; every parameter is re-drawn so biases and norms count
   dict(n_layer=1, n_embd=32, n_head=2, vocab_size=50, n_positions=16),

@@ -64,21 +64,23 @@ class WeightFormTest(chex.TestCase):
     self.x = jax.random.normal(jax.random.key(3), (2, 5, 3))  # B L D
     self.mask = mixing.causal_mask(5)
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_full_entries_as_heads(self):
     d = 3
     a_BHLM = jax.random.normal(jax.random.key(4), (2, d * d, 5, 5))
     a_BHLM = jnp.where(self.mask, a_BHLM, 0.0)
     v = jnp.broadcast_to(self.x[:, :, None, :], (2, 5, d, d)).reshape(2, 5, d * d, 1)
-    out = heads.combine_entries(mixing.mix(a_BHLM, v), d)
+    out = self.variant(lambda a, v: heads.combine_entries(mixing.mix(a, v), d))(a_BHLM, v)
     w_BLMDE = jnp.transpose(a_BHLM.reshape(2, d, d, 5, 5), (0, 3, 4, 1, 2))
     chex.assert_trees_all_close(out, mixing.dynamic_sum(w_BLMDE, self.x, self.mask), atol=1e-5)
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_matrix_sum_of_values(self):
     h = 2
     a_BHLM = jnp.where(self.mask, jax.random.normal(jax.random.key(5), (2, h, 5, 5)), 0.0)
     v_HDE = jax.random.normal(jax.random.key(6), (h, 3, 3))
     v_BMHE = jnp.einsum("BMD,HDE->BMHE", self.x, v_HDE)
-    out = heads.combine_sum(mixing.mix(a_BHLM, v_BMHE))
+    out = self.variant(lambda a, v: heads.combine_sum(mixing.mix(a, v)))(a_BHLM, v_BMHE)
     # W_iL = sum_j a_j V_j, acting on x_i as a D x D matrix (output index first).
     w_BLMED = jnp.einsum("BHLM,HDE->BLMED", a_BHLM, v_HDE)
     chex.assert_trees_all_close(out, mixing.dynamic_sum(w_BLMED, self.x, self.mask), atol=1e-5)
@@ -108,26 +110,29 @@ class InteractionTest(chex.TestCase):
       lowrank, interaction.bilinear_scores(self.x, self.x, a_HDE), atol=1e-3, rtol=1e-4
     )
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_bilinear_cached_keys_give_the_same_scores(self):
-    keys = interaction.bilinear_keys(self.x, self.a)
-    cached = interaction.dot_scores(jnp.repeat(self.x[:, :, None], 3, axis=2), keys)
+    keys = self.variant(interaction.bilinear_keys)(self.x, self.a)
+    cached = self.variant(interaction.dot_scores)(jnp.repeat(self.x[:, :, None], 3, axis=2), keys)
     chex.assert_trees_all_close(
       cached, interaction.bilinear_scores(self.x, self.x, self.a), atol=1e-3, rtol=1e-4
     )
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_tanh_scores_match_the_formula_entry_by_entry(self):
     q = jnp.einsum("BLD,DHK->BLHK", self.x, self.wq)
     k = jnp.einsum("BLD,DHK->BLHK", self.x, self.wk)
     w = jax.random.normal(jax.random.key(8), (3, 4))
-    scores = interaction.tanh_scores(q, k, w)
+    scores = self.variant(interaction.tanh_scores)(q, k, w)
     b, h, l, m = 1, 2, 4, 1
     expected = jnp.dot(w[h], jnp.tanh(q[b, l, h] + k[b, m, h]))
     np.testing.assert_allclose(scores[b, h, l, m], expected, rtol=1e-5)
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_additive_scores_are_a_sum_of_one_argument_terms(self):
     q = jax.random.normal(jax.random.key(9), (1, 4, 2))
     k = jax.random.normal(jax.random.key(10), (1, 4, 2))
-    scores = interaction.additive_scores(q, k)
+    scores = self.variant(interaction.additive_scores)(q, k)
     # No interaction: the mixed second difference vanishes.
     second_diff = (
       scores[:, :, 1:, 1:] - scores[:, :, 1:, :-1] - scores[:, :, :-1, 1:] + scores[:, :, :-1, :-1]
@@ -144,9 +149,9 @@ class HeadsTest(chex.TestCase):
     concat = self.variant(heads.combine_concat)(o, wo)
     chex.assert_trees_all_close(concat, heads.combine_sum(o), atol=1e-6)
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_concat_with_other_blocks_differs(self):
     o = jax.random.normal(jax.random.key(12), (2, 5, 3, 8))
     wo = jax.random.normal(jax.random.key(13), (3, 8, 8))
-    self.assertGreater(
-      float(jnp.abs(heads.combine_concat(o, wo) - heads.combine_sum(o)).max()), 0.1
-    )
+    concat = self.variant(heads.combine_concat)(o, wo)
+    self.assertGreater(float(jnp.abs(concat - heads.combine_sum(o)).max()), 0.1)

@@ -40,6 +40,7 @@ class LayersTest(chex.TestCase):
 
 
 class RecurrentTest(chex.TestCase):
+  @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters("elman", "gru", "lstm")
   def test_scan_equals_a_python_loop_and_is_causal(self, cell):
     d, e = 5, 3
@@ -51,13 +52,14 @@ class RecurrentTest(chex.TestCase):
       "b": jax.random.normal(keys[2], (g,)) * 0.1,
     }
     x = jax.random.normal(keys[3], (2, 6, e))
-    _, h = recurrent.run(cell, params, x)
+    run = self.variant(recurrent.run, static_argnums=0)
+    _, h = run(cell, params, x)
     chex.assert_shape(h, (2, 6, d))
     carry = recurrent.initial_carry(cell, 2, d)
     fn = {"elman": recurrent.elman, "gru": recurrent.gru, "lstm": recurrent.lstm}[cell]
     for t in range(6):
       carry, h_t = fn(params, carry, x[:, t])
       chex.assert_trees_all_close(h[:, t], h_t, atol=1e-6)
-    _, h2 = recurrent.run(cell, params, x.at[:, 4].set(0.0))
+    _, h2 = run(cell, params, x.at[:, 4].set(0.0))
     chex.assert_trees_all_close(h[:, :4], h2[:, :4])
     self.assertGreater(float(jnp.abs(h[:, 4:] - h2[:, 4:]).max()), 1e-4)

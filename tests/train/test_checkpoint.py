@@ -373,7 +373,6 @@ print("RESULT", json.dumps({"sums": sums, "step": step, "extra": extra, "ok": ok
 """
 
 
-@pytest.mark.slow
 def test_two_processes_share_checksums_and_fallback(tmp_path):
   """Arrays sharded across processes: equal checksums everywhere, one fallback, one quarantine."""
   import socket
