@@ -16,11 +16,19 @@ CPU_TASK = "mqar:vocab_size=64,seq_len=32,num_kv_pairs=4"
 ACCEL_TASK = "mqar:vocab_size=8192,seq_len=256,num_kv_pairs=32,num_examples=100000"
 
 
+def sized_by_task(model):
+  """`model` with vocab_size and max_len None: the loop takes them from the task
+  (jaxformer.train.program.resolve); an explicit value must cover the task."""
+  with model.unlocked():
+    model.vocab_size = ml_collections.FieldReference(None, field_type=int)
+    model.max_len = ml_collections.FieldReference(None, field_type=int)
+  return model
+
+
 def accel_model(rung):
   """The rung's model at accelerator size: wider and deeper, heads of 64."""
   model = ladder.default_config(rung)
   with model.unlocked():
-    model.vocab_size, model.max_len = 8192, 256
     model.d_model, model.num_layers, model.num_heads, model.d_ff = 256, 4, 4, 1024
     if rung == "full_dynamic":  # D^2 scalar functions: keep D small
       model.d_model, model.num_heads = 32, 1
@@ -40,7 +48,8 @@ def get_config(rung="transformer", size="cpu"):
 
   c = ml_collections.ConfigDict()
   c.rung = rung  # which model of the ladder (jaxformer.ladder.RUNGS)
-  c.model = accel_model(rung) if accel else ladder.default_config(rung)  # its ConfigDict
+  # The rung's ConfigDict; vocab_size and max_len None: the task's (set them to override).
+  c.model = sized_by_task(accel_model(rung) if accel else ladder.default_config(rung))
   c.task = ACCEL_TASK if accel else CPU_TASK  # jaxformer.data task spec string
   c.data_dir = ml_collections.FieldReference(None, field_type=str)  # None: $JAXFORMER_DATA_DIR
   c.seed = 0  # init, per-step rng and data order
