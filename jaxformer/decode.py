@@ -131,6 +131,40 @@ def generate(
   )
 
 
+def generate_long(model, params, prompt_BL, *, num_tokens, rng, stop_token=None, **sampler):
+  """`num_tokens` tokens after each row of prompt_BL, past the model's max_len if need be:
+  one `generate` over the model's context, then chunks that continue from the last
+  max_len // 2 tokens (the model has no positions past max_len). Returns one int32 array per
+  row, cut after its first stop_token. `sampler`: temperature, top_k, top_p, greedy."""
+  prompt_BL = np.asarray(prompt_BL)
+  max_len = model.max_len
+  if prompt_BL.shape[1] >= max_len:
+    raise ValueError(
+      f"prompt_BL: {prompt_BL.shape[1]} tokens; the model reads at most max_len - 1 = {max_len - 1}"
+    )
+  if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens <= 0:
+    raise ValueError(f"num_tokens={num_tokens!r}: must be a positive integer")
+  new_BN = np.zeros((prompt_BL.shape[0], 0), np.int32)
+  while new_BN.shape[1] < num_tokens:
+    context_BL = prompt_BL
+    if new_BN.shape[1]:
+      context_BL = np.concatenate([prompt_BL, new_BN], axis=1)[:, -(max_len // 2) :]
+    steps = min(num_tokens - new_BN.shape[1], max_len - context_BL.shape[1])
+    rng, key = jax.random.split(rng)
+    out = generate(
+      model, params, context_BL, steps=steps, rng=key, stop_token=stop_token, **sampler
+    )
+    new_BN = np.concatenate([new_BN, np.asarray(out.tokens)], axis=1)
+    if stop_token is not None and (new_BN == stop_token).any(axis=1).all():
+      break
+  rows = []
+  for row_N in new_BN[:, :num_tokens]:
+    if stop_token is not None and (row_N == stop_token).any():
+      row_N = row_N[: int(np.argmax(row_N == stop_token)) + 1]
+    rows.append(row_N)
+  return rows
+
+
 def _generate(
   model, params, prompt_BL, pad_B, rng, temperature, top_p, stop, *, steps, top_k, nucleus, greedy
 ):

@@ -199,3 +199,27 @@ def test_a_row_stops_at_its_stop_token():
     assert (np.asarray(out.tokens[b, length:]) == stop).all()
     assert (np.asarray(out.log_probs[b, length:]) == 0).all()
   assert int(out.lengths[0]) <= 3
+
+
+def test_generate_long_continues_past_max_len_from_the_last_half():
+  c, model, params, tokens_BL = setup("transformer")  # max_len 16
+  prompt = np.asarray(tokens_BL[:, :3])
+  rows = decode.generate_long(
+    model, params, prompt, num_tokens=30, rng=jax.random.key(0), greedy=True
+  )
+  assert [len(r) for r in rows] == [30, 30]
+  # 13 tokens fill the context; then chunks of 8 after the last 8 (max_len // 2), then 1
+  seq = prompt
+  for steps in (13, 8, 8, 1):
+    context = seq if seq.shape[1] == 3 else seq[:, -8:]
+    out = decode.generate(model, params, context, steps=steps, rng=jax.random.key(0), greedy=True)
+    seq = np.concatenate([seq, np.asarray(out.tokens)], axis=1)
+  np.testing.assert_array_equal(np.stack(rows), seq[:, 3:])
+  stop = int(seq[0, 3 + 20])  # row 0's 21st token (or an earlier copy of it)
+  cut = decode.generate_long(
+    model, params, prompt, num_tokens=30, rng=jax.random.key(0), greedy=True, stop_token=stop
+  )
+  for row, full in zip(cut, seq[:, 3:], strict=True):
+    n = int(np.argmax(full == stop)) + 1 if (full == stop).any() else 30
+    np.testing.assert_array_equal(row, full[:n])
+  assert len(cut[0]) <= 21

@@ -13,6 +13,7 @@ On-disk layout per step (Orbax composite): `<step>/state` (the pytree, OCDBT) an
 `<step>/extra` (JSON: {'format', 'fingerprint', 'manifest', 'user'}).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from etils import epath
 
 log = logging.getLogger(__name__)
@@ -227,6 +229,17 @@ def _is_orbax_leftover(unraisable) -> bool:
   return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
+@contextlib.contextmanager
+def _orbax_warnings_silenced():
+  """absl logging at ERROR for the duration (Orbax logs through absl)."""
+  previous = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)
+  try:
+    yield
+  finally:
+    absl_logging.set_verbosity(previous)
+
+
 class _BadStep(Exception):
   """A step that cannot be used; the message is the cause for the warning line."""
 
@@ -269,14 +282,18 @@ class Checkpointer:
     if read_only:
       # A PyTree handler restores a subset of the saved leaves (partial_restore); the saved
       # layout is the one StandardSave writes.
-      self._mngr = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(read_only=True, create=False),
-        item_handlers={
-          "state": ocp.PyTreeCheckpointHandler(),
-          "extra": ocp.JsonCheckpointHandler(),
-        },
+      options = ocp.CheckpointManagerOptions(
+        read_only=True, create=False, save_interval_steps=0, max_to_keep=None
       )
+      with _orbax_warnings_silenced():  # "Given directory is read only": what we asked for
+        self._mngr = ocp.CheckpointManager(
+          self.directory,
+          options=options,
+          item_handlers={
+            "state": ocp.PyTreeCheckpointHandler(),
+            "extra": ocp.JsonCheckpointHandler(),
+          },
+        )
       return
     self._check_writable()
     self._mngr = ocp.CheckpointManager(

@@ -3,8 +3,10 @@
   from jaxformer.train import config as config_lib
   c = config_lib.get_config("transformer")            # CPU size: MQAR V=64 L=32 K=4
   c = config_lib.get_config("transformer", "accel")   # one GPU / TPU host
+  c = config_lib.text_config("input.txt")            # a char-level transformer on a text file
 
-`experiments/configs/default.py` is the command-line face of this config (`--config=...:rung=`).
+`experiments/configs/default.py` and `experiments/configs/text.py` are the command-line faces
+of these configs (`--config=...:rung=` and `--config=...:path=`).
 """
 
 import ml_collections
@@ -75,4 +77,39 @@ def get_config(rung="transformer", size="cpu"):
 
   c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); one -1 takes the remaining devices
   c.peak_flops_per_device = ml_collections.FieldReference(None, field_type=float)  # None: measure
+  return c
+
+
+# The char-level text preset: (model fields, training fields, seq_len) per size.
+TEXT_SIZES = {
+  "cpu": (
+    dict(d_model=128, num_layers=4, num_heads=4, d_ff=512),
+    dict(batch_size=16, total_steps=2000, warmup_steps=100, eval_every=250),
+    128,
+  ),
+  "accel": (  # nanoGPT's shakespeare-char size, without dropout
+    dict(d_model=384, num_layers=6, num_heads=6, d_ff=1536),
+    dict(batch_size=64, total_steps=5000, warmup_steps=200, eval_every=500),
+    256,
+  ),
+}
+
+
+def text_config(path, size="cpu"):
+  """A char-level transformer (the `transformer` rung) on the text files at `path` (a file,
+  directory or glob; the last 10% held out), vocabulary and length from the task."""
+  if size not in SIZES:
+    raise ladder.ConfigError(f"size={size!r}: expected one of {', '.join(SIZES)}")
+  if not path or any(ch in path for ch in ",="):
+    raise ladder.ConfigError(f"path={path!r}: expected a text file, directory or glob (no , or =)")
+  model_fields, fields, seq_len = TEXT_SIZES[size]
+  c = get_config("transformer", size)
+  c.task = f"text:path={path},level=char,seq_len={seq_len}"
+  with c.unlocked():
+    for field, value in model_fields.items():
+      c.model[field] = value
+    for field, value in fields.items():
+      c[field] = value
+    c.checkpoint_every = c.eval_every * 2
+    c.log_every = 50
   return c

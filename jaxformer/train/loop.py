@@ -264,6 +264,37 @@ def _summary(
   }
 
 
+def evaluate_workdir(workdir, *, batch_size=None, eval_batches=None, data_dir=None):
+  """Evaluates the trained run in `workdir` on its task's test split, without training.
+
+  Reads config.json and only the params of the newest checkpoint that verifies; runs data
+  parallel over every device. batch_size / eval_batches default to the run's; data_dir to the
+  run's (the task's data is prepared again if it is not there). Returns {step, eval_loss,
+  eval_accuracy}.
+  """
+  config = workdir_lib.read_config(workdir)
+  with config.unlocked():
+    for field, value in (("batch_size", batch_size), ("eval_batches", eval_batches)):
+      if value is not None:
+        config[field] = value
+    if data_dir is not None:
+      config.data_dir = data_dir
+    config.mesh_shape = (-1, 1, 1)  # any device count: data parallel
+  program_lib.check_config(config)
+  mesh = sharding.make_mesh(config.mesh_shape)
+  dp = sharding.data_parallel_size(mesh)
+  if config.batch_size % dp:
+    raise ladder.ConfigError(
+      f"batch_size={config.batch_size}: not divisible by the {dp} devices evaluating it"
+    )
+  _, test_ds = _datasets(config.task, config.data_dir)
+  program_lib.resolve(config, test_ds)  # the task still fits the model
+  with sharding.active(mesh):
+    program = program_lib.build(config, mesh, (config.batch_size, test_ds.seq_len))
+    step, params = workdir_lib.restore_params(workdir, config, program.abstract_state["params"])
+    return {"step": step, **_evaluate(program, params, test_ds, config)}
+
+
 def _datasets(spec, data_dir):
   """Train and test splits; process 0 prepares the files first when several processes run."""
   lead = jax.process_index() == 0

@@ -1,0 +1,44 @@
+r"""A char-level transformer on your own text: the vocabulary (its characters) and the
+sequence length come from the task, nothing is sized by hand.
+
+  get_config("path=FILE[,size=cpu|accel]")   FILE: a text file, a directory or a glob
+
+CPU (4 layers, D=128, 4 heads, context 128, batch 16, 2,000 steps):
+  python -m experiments.main --config=experiments/configs/text.py:path=input.txt \
+    --workdir=/tmp/jaxformer/text
+  python -m experiments.sample --workdir=/tmp/jaxformer/text --prompt="ROMEO:"
+  Expected: MEASURED_PLACEHOLDER
+
+Accelerator (6 layers, D=384, 6 heads, context 256, batch 64, 5,000 steps):
+  python -m experiments.main --config=experiments/configs/text.py:path=input.txt,size=accel \
+    --workdir=$HOME/runs/text
+  Expected: not measured yet (no accelerator was available).
+
+Any field can be overridden: --config.total_steps=500 --config.model.num_layers=2 ...
+"""
+
+from jaxformer import ladder
+from jaxformer.train import config as config_lib
+
+
+def parse_arg(arg):
+  """'path=input.txt,size=cpu' -> {'path': 'input.txt', 'size': 'cpu'}."""
+  fields = {"path": None, "size": "cpu"}
+  for item in filter(None, (arg or "").split(",")):
+    key, sep, value = item.partition("=")
+    if not sep or key not in fields:
+      raise ladder.ConfigError(
+        f"config argument {item!r}: expected path=FILE[,size=cpu|accel], e.g. path=input.txt"
+      )
+    fields[key] = value
+  if not fields["path"]:
+    raise ladder.ConfigError(
+      "config argument path: required, e.g. --config=experiments/configs/text.py:path=input.txt"
+    )
+  return fields
+
+
+def get_config(arg=None):
+  """The training config for `--config=experiments/configs/text.py:path=FILE[,size=S]`."""
+  args = parse_arg(arg)
+  return config_lib.text_config(args["path"], args["size"])
