@@ -52,8 +52,10 @@ def check_workdir(workdir):
     raise ladder.ConfigError("--workdir is required (a directory for checkpoints and metrics)")
   try:
     files.ensure_writable_dir(workdir)
-  except OSError as e:
-    raise ladder.ConfigError(f"--workdir={workdir}: not a writable directory ({e.strerror})") from e
+  except Exception as e:  # OSError locally; gs:// and other file systems raise their own
+    raise ladder.ConfigError(
+      f"--workdir={workdir}: not a writable directory ({files.describe(e)})"
+    ) from e
   return workdir
 
 

@@ -7,7 +7,14 @@ CPU (4 layers, D=128, 4 heads, context 128, batch 16, 2,000 steps):
   python -m experiments.main --config=experiments/configs/text.py:path=input.txt \
     --workdir=/tmp/jaxformer/text
   python -m experiments.sample --workdir=/tmp/jaxformer/text --prompt="ROMEO:"
-  Expected: MEASURED_PLACEHOLDER
+  Expected (seed 0, input.txt = tinyshakespeare from karpathy/char-rnn: 1,115,394 characters,
+  65 distinct, so vocab_size=65 and max_len=128 are taken from the task): "completed at step
+  2000, eval_loss=1.7768, eval_accuracy=0.4715" (nats per character on the last 10% of the
+  text; 2.43 / 1.98 / 1.88 / 1.78 at steps 250 / 1000 / 1250 / 2000, still falling). Measured
+  on a 2-core x86 CPU shared with ~20 runnable processes (load average 20): 1 h 09 min wall,
+  776 CPU-seconds, ~1k tokens/s; an idle machine was not available to time it. A sample at
+  --temperature=0.8 reads like "ROMEO:\nHe joy wellow eyess, 'twere courbak sir.\n\n
+  GRETARET:\nYou shall fight want many lord,": Shakespeare's layout, not yet its words.
 
 Accelerator (6 layers, D=384, 6 heads, context 256, batch 64, 5,000 steps):
   python -m experiments.main --config=experiments/configs/text.py:path=input.txt,size=accel \

@@ -1,15 +1,16 @@
 """A model sized from its task, the workdir a run leaves, and reading the trained run back."""
 
 import json
+import os
 
 import chex
 import jax
 import pytest
 
-from jaxformer import data, ladder
+from jaxformer import data, files, ladder
 from jaxformer.train import checkpoint, loop, workdir
 from jaxformer.train import program as program_lib
-from tests.train.train_helpers import TINY_TASK, tiny_config
+from tests.train.train_helpers import TINY_TASK, fake_object_store, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +77,17 @@ def test_explicit_sizes_win_and_are_checked_against_the_task(data_dir):
 def test_a_workdir_without_a_run_is_named(tmp_path):
   with pytest.raises(checkpoint.CheckpointError, match=f"--workdir={tmp_path}: no config.json"):
     workdir.load(tmp_path)
+
+
+def test_run_files_and_the_workdir_check_go_through_epath(trained, tmp_path):
+  """config.json and task.json written to and read back from a (fake) gs:// workdir."""
+  _, _, summary = trained
+  dataset = data.Dataset(source=(), vocab_size=32, seq_len=16, spec=TINY_TASK, split="test")
+  with fake_object_store(tmp_path):
+    files.ensure_writable_dir("gs://bucket/run")
+    workdir.write_run("gs://bucket/run", summary["config"], dataset)
+    config = workdir.read_config("gs://bucket/run")
+    task = workdir.read_task("gs://bucket/run")
+  assert config.to_dict() == summary["config"].to_dict()
+  assert (task.vocab_size, task.seq_len, task.spec) == (32, 16, TINY_TASK)
+  assert sorted(os.listdir(tmp_path / "bucket" / "run")) == ["config.json", "task.json"]
