@@ -4,6 +4,7 @@ A usage error (a bad or unknown flag, a config field, a workdir that holds no ru
 one `error: ...` line naming the field and exits 2; `--debug` shows the traceback instead.
 """
 
+import contextlib
 import sys
 
 from absl import flags, logging
@@ -15,6 +16,19 @@ USAGE = 2  # exit code of a usage error
 FAILED = 1
 
 USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError)
+
+
+@contextlib.contextmanager
+def usage_errors(argv, debug, hint=""):
+  """The body of an entry point's main(argv): leftover arguments and USAGE_ERRORS become one
+  `error:` line and exit 2 (a traceback with debug); Orbax's INFO logs are hidden."""
+  quiet(debug)
+  try:
+    if len(argv) > 1:
+      raise ladder.ConfigError(f"unexpected arguments {argv[1:]}{hint}")
+    yield
+  except USAGE_ERRORS as e:
+    fail(first_line(e), USAGE, debug)
 
 
 def fail(message, code, debug):

@@ -13,7 +13,6 @@ exits 2.
 from absl import app, flags
 
 from experiments import cli
-from jaxformer import ladder
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The directory a training run wrote.")
 _BATCH_SIZE = flags.DEFINE_integer(
@@ -26,19 +25,13 @@ _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
 
 
 def main(argv):
-  debug = _DEBUG.value
-  cli.quiet(debug)
-  try:
-    if len(argv) > 1:
-      raise ladder.ConfigError(f"unexpected arguments {argv[1:]}")
+  with cli.usage_errors(argv, _DEBUG.value):
     from jaxformer.train import loop
 
     workdir = cli.check_workdir_given(_WORKDIR.value)
     result = loop.evaluate_workdir(
       workdir, batch_size=_BATCH_SIZE.value, eval_batches=_EVAL_BATCHES.value
     )
-  except cli.USAGE_ERRORS as e:
-    cli.fail(cli.first_line(e), cli.USAGE, debug)
   print(
     f"step {result['step']}: eval_loss={result['eval_loss']:.4f} "
     f"eval_accuracy={result['eval_accuracy']:.4f} ({workdir})",

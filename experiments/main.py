@@ -80,20 +80,16 @@ def initialize_distributed():
 
 def main(argv):
   debug = _DEBUG.value
-  cli.quiet(debug)
-  try:
-    if len(argv) > 1:
-      raise ladder.ConfigError(f"unexpected arguments {argv[1:]}; fields go in --config.FIELD=")
+  with cli.usage_errors(argv, debug, hint="; fields go in --config.FIELD="):
     config = _CONFIG.value
     if config is None:
       raise ladder.ConfigError("--config is required (e.g. experiments/configs/default.py)")
     workdir = check_workdir(_WORKDIR.value)
     initialize_distributed()
-    summary = loop.train(config, workdir)
-  except cli.USAGE_ERRORS as e:
-    cli.fail(cli.first_line(e), cli.USAGE, debug)
-  except loop.NonFiniteError as e:
-    cli.fail(str(e), cli.FAILED, debug)
+    try:
+      summary = loop.train(config, workdir)
+    except loop.NonFiniteError as e:
+      cli.fail(str(e), cli.FAILED, debug)
 
   import jax
 

@@ -72,11 +72,7 @@ def decode(task, ids):
 
 
 def main(argv):
-  debug = _DEBUG.value
-  cli.quiet(debug)
-  try:
-    if len(argv) > 1:
-      raise ladder.ConfigError(f"unexpected arguments {argv[1:]}")
+  with cli.usage_errors(argv, _DEBUG.value):
     from jaxformer.train import workdir as workdir_lib
 
     workdir = cli.check_workdir_given(_WORKDIR.value)
@@ -114,8 +110,6 @@ def main(argv):
       top_k=_TOP_K.value,
       top_p=_TOP_P.value,
     )
-  except cli.USAGE_ERRORS as e:
-    cli.fail(cli.first_line(e), cli.USAGE, debug)
   print(f"step {run.step} of {workdir}", file=sys.stderr)
   sep = "" if task.is_text else " "
   texts = [decode(task, prompt_ids) + sep + decode(task, row) for row in samples]

@@ -21,7 +21,6 @@ Accelerator (one GPU or a TPU slice; the mesh takes every device data-parallel):
 Any field can be overridden: --config.total_steps=100 --config.model.num_layers=4 ...
 """
 
-from jaxformer import ladder
 from jaxformer.train import config as config_lib
 from jaxformer.train.config import ACCEL_TASK, CPU_TASK, SIZES  # noqa: F401 (re-exported)
 
@@ -46,15 +45,8 @@ CPU_RESULTS = {
 def parse_arg(arg):
   """'rung=transformer,size=cpu' -> {'rung': 'transformer', 'size': 'cpu'} (values are
   checked by jaxformer.train.config.get_config)."""
-  fields = {"rung": "transformer", "size": "cpu"}
-  for item in filter(None, (arg or "").split(",")):
-    key, sep, value = item.partition("=")
-    if not sep or key not in fields:
-      raise ladder.ConfigError(
-        f"config argument {item!r}: expected rung=NAME[,size=cpu|accel], e.g. rung=transformer"
-      )
-    fields[key] = value
-  return fields
+  usage = "rung=NAME[,size=cpu|accel], e.g. rung=transformer"
+  return config_lib.parse_arg(arg, {"rung": "transformer", "size": "cpu"}, usage)
 
 
 def get_config(arg=None):

@@ -30,14 +30,8 @@ from jaxformer.train import config as config_lib
 
 def parse_arg(arg):
   """'path=input.txt,size=cpu' -> {'path': 'input.txt', 'size': 'cpu'}."""
-  fields = {"path": None, "size": "cpu"}
-  for item in filter(None, (arg or "").split(",")):
-    key, sep, value = item.partition("=")
-    if not sep or key not in fields:
-      raise ladder.ConfigError(
-        f"config argument {item!r}: expected path=FILE[,size=cpu|accel], e.g. path=input.txt"
-      )
-    fields[key] = value
+  usage = "path=FILE[,size=cpu|accel], e.g. path=input.txt"
+  fields = config_lib.parse_arg(arg, {"path": None, "size": "cpu"}, usage)
   if not fields["path"]:
     raise ladder.ConfigError(
       "config argument path: required, e.g. --config=experiments/configs/text.py:path=input.txt"

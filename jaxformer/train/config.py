@@ -18,6 +18,18 @@ CPU_TASK = "mqar:vocab_size=64,seq_len=32,num_kv_pairs=4"
 ACCEL_TASK = "mqar:vocab_size=8192,seq_len=256,num_kv_pairs=32,num_examples=100000"
 
 
+def parse_arg(arg, defaults, usage):
+  """A config file's argument 'key=value,...' over `defaults`; an item that is not
+  key=value with a key of `defaults` raises ConfigError naming it and `usage`."""
+  fields = dict(defaults)
+  for item in filter(None, (arg or "").split(",")):
+    key, sep, value = item.partition("=")
+    if not sep or key not in fields:
+      raise ladder.ConfigError(f"config argument {item!r}: expected {usage}")
+    fields[key] = value
+  return fields
+
+
 def sized_by_task(model):
   """`model` with vocab_size and max_len None: the loop takes them from the task
   (jaxformer.train.program.resolve); an explicit value must cover the task."""
