@@ -118,6 +118,12 @@ def build(config, mesh, batch_shape):
   )
   if key in _PROGRAMS:
     return _PROGRAMS[key]
+  unsized = [f for f in SIZED_FIELDS if config.model[f] is None]
+  if unsized:
+    raise ladder.ConfigError(
+      f"model.{unsized[0]}=None: size the model for its task first, "
+      "config = program.resolve(config, dataset) (loop.train does)"
+    )
   model = ladder.build(config.rung, config.model)
   tx = optimizer.make(config)
   init_boxed = lambda rng: step.init_state(model, tx, rng, batch_shape)  # noqa: E731

@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from jaxformer import data, files, ladder
-from jaxformer.train import checkpoint, loop, workdir
+from jaxformer.train import checkpoint, loop, sharding, workdir
 from jaxformer.train import program as program_lib
 from tests.train.train_helpers import TINY_TASK, fake_object_store, tiny_config
 
@@ -91,3 +91,10 @@ def test_run_files_and_the_workdir_check_go_through_epath(trained, tmp_path):
   assert config.to_dict() == summary["config"].to_dict()
   assert (task.vocab_size, task.seq_len, task.spec) == (32, 16, TINY_TASK)
   assert sorted(os.listdir(tmp_path / "bucket" / "run")) == ["config.json", "task.json"]
+
+
+def test_building_an_unsized_model_says_how_to_size_it():
+  config = tiny_config(**{"model.vocab_size": None, "model.max_len": None})
+  mesh = sharding.make_mesh((-1, 1, 1))
+  with pytest.raises(ladder.ConfigError, match=r"model.max_len=None: .*program.resolve"):
+    program_lib.build(config, mesh, (16, 16))
