@@ -59,8 +59,7 @@ def train(rung, task, model=None, **fields):
   start = time.process_time()
   summary = loop.train(config)
   summary["cpu_seconds"] = time.process_time() - start
-  summary["model"] = ladder.build(rung, config.model)
-  summary["config"] = config
+  summary["model"] = ladder.build(rung, summary["config"].model)  # sized for the task
   return summary
 
 

@@ -14,16 +14,13 @@ SLURM); main then calls jax.distributed.initialize before touching any device.
 """
 
 import os
-import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from jaxformer import data, files, ladder
-from jaxformer.train import checkpoint, loop
-
-USAGE = 2  # exit code of a usage error
-FAILED = 1
+from experiments import cli
+from jaxformer import files, ladder
+from jaxformer.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Config file experiments/configs/<name>.py[:arg].", lock_config=True
@@ -31,29 +28,10 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
 
-USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError)
-
-
-def _fail(message, code, debug):
-  if debug:
-    raise
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(code)
-
 
 def parse_flags(argv):
   """absl parsing, with any flag or config-file error reported as one line and exit code 2."""
-  debug = "--debug" in argv
-  try:
-    _check_config_file(argv)
-    rest = flags.FLAGS(argv)
-    _CONFIG.value  # noqa: B018  (loads the file and applies --config.FIELD overrides now)
-    return rest
-  except (flags.Error, AttributeError, KeyError, TypeError, OSError, ValueError) as e:
-    if debug:
-      raise
-    print(f"error: {_flag_error_message(e, argv)}", file=sys.stderr)
-    sys.exit(USAGE)
+  return cli.parse_flags(argv, before=_check_config_file, after=lambda: _CONFIG.value)
 
 
 def _check_config_file(argv):
@@ -68,42 +46,16 @@ def _check_config_file(argv):
       raise ladder.ConfigError(f"--config={value}: no such config file {path!r}")
 
 
-def _flag_error_message(e, argv):
-  """One line: the innermost ConfigError / DataError if any, else the unknown field or e."""
-  inner = e
-  while inner is not None:
-    if isinstance(inner, ladder.ConfigError | data.DataError):
-      lines = str(inner).strip().splitlines()
-      if "Traceback" in str(inner):  # config_flags re-raises get_config's error with its trace
-        return lines[-1].split(": ", 1)[-1]
-      return lines[0]
-    inner = inner.__cause__ or inner.__context__
-  if isinstance(e, AttributeError | KeyError):
-    # ml_collections raises AttributeError(KeyError("'name'" + for a near miss a newline and
-    # 'Did you mean ...')); str() of a KeyError is the repr of that text, so unwrap it.
-    text = e.args[0] if e.args else str(e)
-    if isinstance(text, KeyError) and text.args:
-      text = text.args[0]
-    text = str(text)
-    first, _, hint = text.partition("\n")
-    field = first.strip("\"'")
-    given = [a.split("=", 1)[0] for a in argv if a.startswith("--config.") and field in a]
-    hint = hint.strip().split(" instead of ")[0].lower()
-    return f"{given[0] if given else field}: unknown config field {field!r}" + (
-      f"; {hint}?" if hint else ""
-    )
-  lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-  return lines[0] if lines else type(e).__name__
-
-
 def check_workdir(workdir):
   """Creates the workdir if needed; raises ConfigError when it is missing or not writable."""
   if not workdir:
     raise ladder.ConfigError("--workdir is required (a directory for checkpoints and metrics)")
   try:
     files.ensure_writable_dir(workdir)
-  except OSError as e:
-    raise ladder.ConfigError(f"--workdir={workdir}: not a writable directory ({e.strerror})") from e
+  except Exception as e:  # OSError locally; gs:// and other file systems raise their own
+    raise ladder.ConfigError(
+      f"--workdir={workdir}: not a writable directory ({files.describe(e)})"
+    ) from e
   return workdir
 
 
@@ -128,21 +80,16 @@ def initialize_distributed():
 
 def main(argv):
   debug = _DEBUG.value
-  if not debug:
-    logging.set_verbosity(logging.WARNING)  # Orbax logs every file it writes at INFO
-  try:
-    if len(argv) > 1:
-      raise ladder.ConfigError(f"unexpected arguments {argv[1:]}; fields go in --config.FIELD=")
+  with cli.usage_errors(argv, debug, hint="; fields go in --config.FIELD="):
     config = _CONFIG.value
     if config is None:
       raise ladder.ConfigError("--config is required (e.g. experiments/configs/default.py)")
     workdir = check_workdir(_WORKDIR.value)
     initialize_distributed()
-    summary = loop.train(config, workdir)
-  except USAGE_ERRORS as e:
-    _fail(str(e).strip().splitlines()[0], USAGE, debug)
-  except loop.NonFiniteError as e:
-    _fail(str(e), FAILED, debug)
+    try:
+      summary = loop.train(config, workdir)
+    except loop.NonFiniteError as e:
+      cli.fail(str(e), cli.FAILED, debug)
 
   import jax
 

@@ -30,13 +30,11 @@ def train(
   early_stop_accuracy=0.99,
   learning_rate=None,
 ):
-  """Trains `rung` on `task`: the rung's default config sized to the task (vocabulary and
-  length from its train split), with d_model, num_layers and then `model_fields` on top.
+  """Trains `rung` on `task`: the rung's default config sized to the task (the loop takes
+  the vocabulary and length from it), with d_model, num_layers and then `model_fields` on top.
   Returns the training loop's summary (evals, losses, params, ...) plus `model` (the Linen
   module the params belong to) and `config` (the training config)."""
-  split = data.get_dataset(task, "train")
-  model = {"vocab_size": split.vocab_size, "max_len": split.seq_len}
-  model |= {"d_model": d_model, "num_layers": num_layers} | dict(model_fields or {})
+  model = {"d_model": d_model, "num_layers": num_layers} | dict(model_fields or {})
   defaults = harness.train_config(rung, task)
   fields = {
     "seed": seed,

@@ -248,7 +248,7 @@ def train(arms, config, log=print):
       tc, reps, log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}")
     )
     seconds = time.perf_counter() - start
-    arm_result = ArmResult(arm, tc, result, select(result.runs), seconds)
+    arm_result = ArmResult(arm, result.config, result, select(result.runs), seconds)
     results.append(arm_result)
     acc = arm_result.per_seed("eval_accuracy")
     diverged = sum(not x.finite for x in result.runs)

@@ -86,6 +86,7 @@ def test_greedy_generate_equals_argmax_of_full_forward():
   c, model, params, tokens_BL = setup("transformer")
   prompt, steps = tokens_BL[:, :4], 6
   got = decode.generate(model, params, prompt, steps=steps, rng=jax.random.key(3), greedy=True)
+  got = got.tokens
   # recompute the whole prefix each step; later (padding) tokens cannot change causal logits
   forward = jax.jit(model.apply)
   seq = jnp.zeros((2, 4 + steps), jnp.int32).at[:, :4].set(prompt)
@@ -104,6 +105,7 @@ def test_generate_compiles_once_and_respects_top_k(monkeypatch):
     )
     for i, t in enumerate([1.0, 0.7, 2.0])
   ]
+  outs = [o.tokens for o in outs]
   chex.assert_shape(outs, (2, 5))
   assert not all(np.array_equal(outs[0], o) for o in outs[1:])  # the inputs did change
   monkeypatch.undo()  # other static arguments below: new traces are expected
@@ -111,7 +113,7 @@ def test_generate_compiles_once_and_respects_top_k(monkeypatch):
   prompt = tokens_BL[:, :3]
   top1 = decode.generate(model, params, prompt, steps=5, rng=jax.random.key(9), top_k=1)
   greedy = decode.generate(model, params, prompt, steps=5, rng=jax.random.key(9), greedy=True)
-  np.testing.assert_array_equal(top1, greedy)
+  np.testing.assert_array_equal(top1.tokens, greedy.tokens)
 
 
 @pytest.mark.parametrize(
@@ -122,9 +124,102 @@ def test_generate_compiles_once_and_respects_top_k(monkeypatch):
     ({"steps": 2, "temperature": 0.0}, "temperature"),
     ({"steps": 2, "top_k": 0}, "top_k"),
     ({"steps": 2, "top_k": 33}, "top_k"),
+    ({"steps": 2, "top_p": 0.0}, "top_p"),
+    ({"steps": 2, "top_p": 1.5}, "top_p"),
+    ({"steps": 2, "stop_token": 32}, "stop_token"),
+    ({"steps": 2, "stop_token": -1}, "stop_token"),
+    ({"steps": 2, "prompts": [[1, 2], []]}, r"prompts\[1\]"),
+    ({"steps": 2, "prompts": [[1.5, 2.0]]}, r"prompts\[0\]"),
   ],
 )
 def test_generate_rejects_bad_arguments(kwargs, field):
   c, model, params, tokens_BL = setup("concat_wo")
+  prompts = kwargs.pop("prompts", tokens_BL[:, :3])
   with pytest.raises(ValueError, match=field):
-    decode.generate(model, params, tokens_BL[:, :3], rng=jax.random.key(0), **kwargs)
+    decode.generate(model, params, prompts, rng=jax.random.key(0), **kwargs)
+
+
+# A batch of prompts of different lengths, left-padded, against each prompt alone: every rung
+# family (attention with the generic form and with a kernel, a sliding-window ring, the
+# recurrent carry, attention over recurrent states) and both position tables.
+RAGGED = [
+  ("transformer", {}),
+  ("transformer", {"attention": "blockwise", "positions": "sinusoidal"}),
+  ("concat_wo", {"window": 3}),
+  ("rnn", {}),
+  ("rnn_attention", {}),
+]
+
+
+@pytest.mark.parametrize("rung, overrides", RAGGED)
+def test_prompts_of_different_lengths_sample_as_each_alone(rung, overrides):
+  c, model, params, tokens_BL = setup(rung, **overrides)
+  prompts = [tokens_BL[0, :2], tokens_BL[1, :6], tokens_BL[1, 3:8]]
+  steps = 5
+  out = decode.generate(model, params, prompts, steps=steps, rng=jax.random.key(0), greedy=True)
+  # Each prompt alone, without the cache: row i starts at position 0 and is extended by the
+  # argmax of a full forward pass (later, right-side tokens cannot change causal logits).
+  forward = jax.jit(model.apply)
+  seq = np.zeros((len(prompts), c.max_len), np.int32)
+  for i, prompt in enumerate(prompts):
+    seq[i, : len(prompt)] = prompt
+  for t in range(steps):
+    log_p_BLV = jax.nn.log_softmax(forward({"params": params}, jnp.asarray(seq)), axis=-1)
+    for i, prompt in enumerate(prompts):
+      at = len(prompt) + t
+      seq[i, at] = int(jnp.argmax(log_p_BLV[i, at - 1]))
+      assert int(out.tokens[i, t]) == seq[i, at], (i, t)
+      np.testing.assert_allclose(out.log_probs[i, t], log_p_BLV[i, at - 1, seq[i, at]], atol=1e-4)
+
+
+def test_log_probs_score_the_tokens_under_the_full_forward():
+  c, model, params, tokens_BL = setup("transformer")
+  out = decode.generate(model, params, tokens_BL[:, :4], steps=5, rng=jax.random.key(4))
+  seq = jnp.concatenate([tokens_BL[:, :4], out.tokens], axis=1)
+  log_p_BLV = jax.nn.log_softmax(model.apply({"params": params}, seq), axis=-1)
+  want = jnp.take_along_axis(log_p_BLV[:, 3:-1], out.tokens[..., None], axis=-1)[..., 0]
+  np.testing.assert_allclose(out.log_probs, want, atol=1e-5)
+  assert (out.lengths == 5).all()
+
+
+def test_a_row_stops_at_its_stop_token():
+  c, model, params, tokens_BL = setup("softmax")
+  prompt = tokens_BL[:, :3]
+  free = decode.generate(model, params, prompt, steps=8, rng=jax.random.key(5), greedy=True)
+  stop = int(free.tokens[0, 2])  # row 0 reaches it at its third token
+  out = decode.generate(
+    model, params, prompt, steps=8, rng=jax.random.key(5), greedy=True, stop_token=stop
+  )
+  for b in range(2):
+    row = np.asarray(free.tokens[b])
+    first = int(np.argmax(row == stop)) if (row == stop).any() else None
+    length = 8 if first is None else first + 1
+    assert int(out.lengths[b]) == length
+    np.testing.assert_array_equal(out.tokens[b, :length], row[:length])
+    assert (np.asarray(out.tokens[b, length:]) == stop).all()
+    assert (np.asarray(out.log_probs[b, length:]) == 0).all()
+  assert int(out.lengths[0]) <= 3
+
+
+def test_generate_long_continues_past_max_len_from_the_last_half():
+  c, model, params, tokens_BL = setup("transformer")  # max_len 16
+  prompt = np.asarray(tokens_BL[:, :3])
+  rows = decode.generate_long(
+    model, params, prompt, num_tokens=30, rng=jax.random.key(0), greedy=True
+  )
+  assert [len(r) for r in rows] == [30, 30]
+  # 13 tokens fill the context; then chunks of 8 after the last 8 (max_len // 2), then 1
+  seq = prompt
+  for steps in (13, 8, 8, 1):
+    context = seq if seq.shape[1] == 3 else seq[:, -8:]
+    out = decode.generate(model, params, context, steps=steps, rng=jax.random.key(0), greedy=True)
+    seq = np.concatenate([seq, np.asarray(out.tokens)], axis=1)
+  np.testing.assert_array_equal(np.stack(rows), seq[:, 3:])
+  stop = int(seq[0, 3 + 20])  # row 0's 21st token (or an earlier copy of it)
+  cut = decode.generate_long(
+    model, params, prompt, num_tokens=30, rng=jax.random.key(0), greedy=True, stop_token=stop
+  )
+  for row, full in zip(cut, seq[:, 3:], strict=True):
+    n = int(np.argmax(full == stop)) + 1 if (full == stop).any() else 30
+    np.testing.assert_array_equal(row, full[:n])
+  assert len(cut[0]) <= 21

@@ -41,15 +41,38 @@ class Dataset:
   def __len__(self) -> int:
     return len(self.source)
 
+  @property
+  def is_text(self) -> bool:
+    """A text task (char or byte level): its ids encode and decode text."""
+    return self.spec.startswith(("text:", "catalog:"))
+
   def decode(self, ids) -> str:
     """Token ids -> text, for the text tasks (char or byte level)."""
     ids = np.asarray(ids).reshape(-1)
     check_tokens(ids, self.vocab_size, field="decode")
     if self.chars is not None:
       return "".join(self.chars[i] for i in ids)
-    if self.spec.startswith(("text:", "catalog:")):
+    if self.is_text:
       return bytes(ids.astype(np.uint8).tolist()).decode("utf-8", errors="replace")
     raise DataError(f"decode: {self.spec} is not a text task; its ids are not characters")
+
+  def encode(self, text: str, field: str = "encode") -> np.ndarray:
+    """Text -> int32 ids [N], for the text tasks: char level maps each character to its id in
+    the alphabet (one outside it is an error naming `field`), byte level takes UTF-8 bytes."""
+    if self.chars is not None:
+      index = {c: i for i, c in enumerate(self.chars)}
+      unknown = [c for c in text if c not in index]
+      if unknown:
+        raise DataError(
+          f"{field}: character {unknown[0]!r} is not in the task's alphabet of "
+          f"{len(self.chars)} characters"
+        )
+      return np.array([index[c] for c in text], dtype=np.int32)
+    if self.is_text:
+      ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+      check_tokens(ids, self.vocab_size, field=field)
+      return ids
+    raise DataError(f"{field}: {self.spec} is not a text task; give token ids instead of text")
 
 
 def data_root(data_dir: str | None = None) -> str:

@@ -71,12 +71,24 @@ def initial_carry(cell, batch, width, dtype=jnp.float32):
   return (zeros, zeros) if cell == "lstm" else (zeros,)
 
 
-def run(cell, params, x_BLE, carry=None):
-  """Scans `cell` over L. Returns (final carry, states h_BLD)."""
+def run(cell, params, x_BLE, carry=None, valid_BL=None):
+  """Scans `cell` over L. Returns (final carry, states h_BLD).
+
+  valid_BL: where False (a row's padding) the carry passes through unchanged, so padding
+  before a row's first token leaves its state as if the row started there.
+  """
   fn = _CELL_FNS[cell]
   shapes.check(f"recurrent.run({cell!r})", x_BLE=x_BLE)
-  batch, width = x_BLE.shape[0], params["wh"].shape[0]
+  batch, length, width = *x_BLE.shape[:2], params["wh"].shape[0]
   if carry is None:
     carry = initial_carry(cell, batch, width, x_BLE.dtype)
-  carry, h_LBD = jax.lax.scan(lambda c, x: fn(params, c, x), carry, jnp.swapaxes(x_BLE, 0, 1))
+  if valid_BL is None:
+    valid_BL = jnp.ones((batch, length), bool)
+
+  def step(c, inputs):
+    x_BE, valid_B = inputs
+    new, h_BD = fn(params, c, x_BE)
+    return tuple(jnp.where(valid_B[:, None], n, o) for n, o in zip(new, c, strict=True)), h_BD
+
+  carry, h_LBD = jax.lax.scan(step, carry, (jnp.swapaxes(x_BLE, 0, 1), valid_BL.T))
   return carry, jnp.swapaxes(h_LBD, 0, 1)

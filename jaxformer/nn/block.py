@@ -3,8 +3,8 @@
   single skip (step 2): O = x + ffn(mixer(x))        ffn = sigma, or an MLP (step 8)
   split skip  (step 8): h = x + mixer(x);  O = h + ffn(h)
 with layer norm placed `pre` (inside each branch, GPT-2) or `post` (after each sum,
-the original Transformer), or `none`. `decode` reaches the mixer only: the rest is
-position-wise and needs no cache. The split skip with a norm between mixer and
+the original Transformer), or `none`. `decode` (and a decoding batch's left padding
+`pad_B`) reaches the mixer only: the rest is position-wise and needs no cache. The split skip with a norm between mixer and
 MLP is what stops W1 from being absorbed into Wo.
 """
 
@@ -33,13 +33,14 @@ class Block(nn.Module):
   norm: str = "none"
 
   @nn.compact
-  def __call__(self, x_BLD, decode=False):
+  def __call__(self, x_BLD, decode=False, pad_B=None):
     pre = (lambda name: LayerNorm(name=name)) if self.norm == "pre" else (lambda name: _identity)
     post = (lambda name: LayerNorm(name=name)) if self.norm == "post" else (lambda name: _identity)
     if self.skip == "single":
-      out_BLD = post("norm")(x_BLD + self.ffn(self.mixer(pre("norm")(x_BLD), decode=decode)))
+      mixed_BLD = self.mixer(pre("norm")(x_BLD), decode=decode, pad_B=pad_B)
+      out_BLD = post("norm")(x_BLD + self.ffn(mixed_BLD))
     else:
-      h_BLD = post("norm1")(x_BLD + self.mixer(pre("norm1")(x_BLD), decode=decode))
+      h_BLD = post("norm1")(x_BLD + self.mixer(pre("norm1")(x_BLD), decode=decode, pad_B=pad_B))
       self.sow("intermediates", "resid_mid", h_BLD)
       out_BLD = post("norm2")(h_BLD + self.ffn(pre("norm2")(h_BLD)))
     self.sow("intermediates", "resid_post", out_BLD)

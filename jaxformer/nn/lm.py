@@ -6,6 +6,8 @@ The output layer is untied by default: tied embeddings stalled recall training i
 jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
 `decode=True` continues from the 'cache' collection (jaxformer.decode): positions start
 at the number of tokens already seen, and every layer reads and extends its own cache.
+A batch of prompts of different lengths is left-padded: `pad_B[b]` padding tokens start row
+b, its positions count from its first real token, and no layer reads the padding.
 Token ids outside [0, vocab_size) are an error when the ids are concrete; under jit they
 embed as NaN (never as some other token's row), so a training step sees a non-finite loss.
 Every layer must return x_BLD's shape [B, L, d_model]: checked with chex from static
@@ -40,10 +42,12 @@ class LanguageModel(nn.Module):
   dtype: str = "float32"
 
   @nn.compact
-  def __call__(self, tokens_BL, decode=False):
+  def __call__(self, tokens_BL, decode=False, pad_B=None):
     length = _check_tokens(tokens_BL, self.vocab_size)
     if length > self.max_len:
       raise ValueError(f"sequence length {length} > max_len={self.max_len}")
+    if pad_B is not None and not decode:
+      raise ValueError("pad_B: left padding is read when decoding (decode=True) only")
     start = self._decode_start(length) if decode else 0
     embed_VD = param(
       self,
@@ -68,16 +72,16 @@ class LanguageModel(nn.Module):
         (None, axes.EMBED),
         nn.initializers.normal(stddev=0.02),
       )
-      x_BLD = x_BLD + _rows(pos_LD, start, length, decode).astype(self.dtype)
+      x_BLD = x_BLD + _rows(pos_LD, start, length, decode, pad_B).astype(self.dtype)
     elif self.positions == "sinusoidal":
       table_LD = layers_math.sinusoidal_positions(self.max_len if decode else length, self.d_model)
-      x_BLD = x_BLD + _rows(table_LD, start, length, decode).astype(self.dtype)
+      x_BLD = x_BLD + _rows(table_LD, start, length, decode, pad_B).astype(self.dtype)
     x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     sizes = {"B": tokens_BL.shape[0], "L": length, "D": self.d_model, "V": self.vocab_size}
     shapes.check("LanguageModel", sizes, embedded_BLD=x_BLD)
     self.sow("intermediates", "embedded", x_BLD)
     for i, layer in enumerate(self.layers):
-      x_BLD = layer(x_BLD, decode=decode)
+      x_BLD = layer(x_BLD, decode=decode, pad_B=pad_B)
       shapes.check("LanguageModel", sizes, **{f"layers_{i} output x_BLD": x_BLD})
       x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     if self.final_norm:
@@ -99,11 +103,15 @@ class LanguageModel(nn.Module):
     return start
 
 
-def _rows(table_LD, start, length, decode):
-  """Position rows start .. start+length-1 (a static slice when not decoding)."""
+def _rows(table_LD, start, length, decode, pad_B=None):
+  """Position rows start .. start+length-1 (a static slice when not decoding); with left
+  padding, row b's positions are shifted back by pad_B[b] (its padding reads row 0)."""
   if not decode:
     return table_LD[:length]
-  return lax.dynamic_slice_in_dim(table_LD, start, length, axis=0)
+  if pad_B is None:
+    return lax.dynamic_slice_in_dim(table_LD, start, length, axis=0)
+  pos_BL = jnp.maximum(start + jnp.arange(length)[None, :] - pad_B[:, None], 0)
+  return jnp.take(table_LD, pos_BL, axis=0)  # [B, L, D]
 
 
 def _check_tokens(tokens_BL, vocab_size):

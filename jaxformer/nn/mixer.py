@@ -20,7 +20,9 @@ Decoding (`decode=True`): only the receiver needs x_L, the sources need only wha
 `scorer.keys` and `valuer.values` made of x_i, so those are kept in the 'cache'
 collection (as Flax's own attention does) with the next position: a prompt of any
 length is prefilled in one call, then tokens follow one at a time. With a sliding
-window the cache is a ring of `window` slots (jaxformer.math.cache).
+window the cache is a ring of `window` slots (jaxformer.math.cache). A batch of prompts
+of different lengths is left-padded: `pad_B[b]` slots of row b hold padding, which no
+query reads (a key mask), so each row attends exactly as it would alone.
 """
 
 import math
@@ -48,7 +50,7 @@ class Mixer(nn.Module):
     return self.temperature if self.temperature is not None else math.sqrt(self.scorer.rank)
 
   @nn.compact
-  def __call__(self, x_BLD, decode=False):
+  def __call__(self, x_BLD, decode=False, pad_B=None):
     sizes = shapes.check("Mixer", x_BLD=x_BLD)
     length = x_BLD.shape[1]
     q = self.scorer.queries(x_BLD)
@@ -59,13 +61,18 @@ class Mixer(nn.Module):
       if value is not None:
         self.sow("intermediates", name, value)
     if decode:
-      k, v_BMHK, mask_LM, start = self._through_cache(k, v_BMHK)
+      k, v_BMHK, mask_LM, start, pos_M = self._through_cache(k, v_BMHK)
+      # slots of a row's left padding are never read; the positions are slot indices, so
+      # distances (causality, the window) are the same as within the row
+      kv_valid_BM = None if pad_B is None else pos_M[None, :] >= pad_B[:, None]
       if self.impl == GENERIC or self.window is not None:
         # a ring's slots are not in position order; every kernel that takes a window is
         # exact windowed softmax, which the materialized form computes from the mask.
+        if kv_valid_BM is not None:
+          mask_LM = mask_LM[None, None] & kv_valid_BM[:, None, None, :]  # [B, 1, L, M]
         o_BLHK = self._mix(q, k, v_BMHK, mask_LM)
       else:  # the full cache is in position order: the kernel itself, query 0 at `start`
-        o_BLHK = self._kernel(q, k, v_BMHK, q_offset=start)
+        o_BLHK = self._kernel(q, k, v_BMHK, q_offset=start, kv_mask_BM=kv_valid_BM)
     elif self.impl == GENERIC:
       o_BLHK = self._mix(q, k, v_BMHK, self.mask_LM(length))
     else:
@@ -77,8 +84,8 @@ class Mixer(nn.Module):
     return s_BLD
 
   def _mix(self, q, k, v_BMHK, mask_LM):
-    """The materialized form: any scorer, any normalizer, any mask."""
-    scores_BHLM = self.scorer.scores(q, k, mask_LM.shape[0])  # L receivers
+    """The materialized form: any scorer, any normalizer, any mask ([L, M] or [B, 1, L, M])."""
+    scores_BHLM = self.scorer.scores(q, k, mask_LM.shape[-2])  # L receivers
     a_BHLM = mixing.normalize(scores_BHLM, mask_LM, self.normalizer, self.tau)
     self.sow("intermediates", "weights", a_BHLM)
     return mixing.mix(a_BHLM, v_BMHK)
@@ -106,8 +113,8 @@ class Mixer(nn.Module):
   def _through_cache(self, k, v_BMHK):
     """Adds this call's keys and values to the cache.
 
-    Returns the memory to read (keys, values), its mask_LM and the position of this call's
-    first token.
+    Returns the memory to read (keys, values), its mask_LM, the position of this call's
+    first token and the position held by each memory slot (pos_M).
 
     The first call (inside `init`) sizes the cache from its input: the full length, or
     `window` slots for a sliding window.
@@ -135,4 +142,4 @@ class Mixer(nn.Module):
       pos_M = cache_math.slot_positions(start + length, slots, ring=False)
     index.value = start + length
     mask_LM = cache_math.position_mask(pos_L, pos_M, self.mask, self.window)
-    return k_mem, v_mem, mask_LM, start
+    return k_mem, v_mem, mask_LM, start, pos_M

@@ -5,11 +5,13 @@ compete for the same room and old ones are overwritten.
 Equation: h_t = cell(h_{t-1}, x_t), logits_t = h_t W_out (cells: Elman, GRU, LSTM).
 Fix (Bahdanau et al. 2015): keep every state and read from all of them; the
 `rnn_attention` rung composes this layer with a `Mixer` over the states h_BMD.
-Decoding (`decode=True`) keeps the carry in the 'cache' collection and continues from it.
+Decoding (`decode=True`) keeps the carry in the 'cache' collection and continues from it;
+a row's left padding (`pad_B`) leaves the carry untouched.
 Reference: Hochreiter & Schmidhuber 1997; Bahdanau, Cho & Bengio 2015.
 """
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from jaxformer.math import recurrent
 from jaxformer.nn import axes
@@ -23,7 +25,7 @@ class Recurrent(nn.Module):
   width: int = 64
 
   @nn.compact
-  def __call__(self, x_BLE, decode=False):
+  def __call__(self, x_BLE, decode=False, pad_B=None):
     gates = recurrent.GATES[self.cell] * self.width
     params = {
       "wx": param(self, "wx", (x_BLE.shape[-1], gates), (axes.EMBED, axes.MLP)),
@@ -40,7 +42,12 @@ class Recurrent(nn.Module):
         self.width,
         x_BLE.dtype,
       )
-      carry.value, h_BLD = recurrent.run(self.cell, params, x_BLE, carry.value)
+      index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+      valid_BL = None
+      if pad_B is not None:  # slot index + l holds padding for rows with more pads than that
+        valid_BL = index.value + jnp.arange(x_BLE.shape[1])[None, :] >= pad_B[:, None]
+      index.value = index.value + x_BLE.shape[1]
+      carry.value, h_BLD = recurrent.run(self.cell, params, x_BLE, carry.value, valid_BL)
     else:
       _, h_BLD = recurrent.run(self.cell, params, x_BLE)
     self.sow("intermediates", "states", h_BLD)

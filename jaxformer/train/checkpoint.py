@@ -13,6 +13,7 @@ On-disk layout per step (Orbax composite): `<step>/state` (the pytree, OCDBT) an
 `<step>/extra` (JSON: {'format', 'fingerprint', 'manifest', 'user'}).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from etils import epath
 
 log = logging.getLogger(__name__)
@@ -227,6 +229,17 @@ def _is_orbax_leftover(unraisable) -> bool:
   return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
+@contextlib.contextmanager
+def _orbax_warnings_silenced():
+  """absl logging at ERROR for the duration (Orbax logs through absl)."""
+  previous = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)
+  try:
+    yield
+  finally:
+    absl_logging.set_verbosity(previous)
+
+
 class _BadStep(Exception):
   """A step that cannot be used; the message is the cause for the warning line."""
 
@@ -244,6 +257,9 @@ class Checkpointer:
     fingerprint: JSON-able description of the config/model shape. Stored with every save and
       compared on restore, so that a workdir of another config fails with the differing fields
       instead of a deep shape error.
+    read_only: a reader (sampling, evaluation, another process): nothing is written or moved,
+      the directory need not be writable, and `restore_latest` reads any part of the saved
+      state (e.g. `{'params': ...}` without the optimizer state), verifying what it reads.
   """
 
   def __init__(
@@ -253,6 +269,7 @@ class Checkpointer:
     max_to_keep: int | None = 3,
     async_save: bool = True,
     fingerprint: dict | None = None,
+    read_only: bool = False,
   ):
     if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
       raise CheckpointError(f"max_to_keep must be a positive int or None, got {max_to_keep!r}")
@@ -261,6 +278,23 @@ class Checkpointer:
     except (TypeError, ValueError) as e:
       raise CheckpointError(f"fingerprint is not JSON-serialisable: {e}") from None
     self.directory = epath.Path(directory)
+    self.read_only = read_only
+    if read_only:
+      # A PyTree handler restores a subset of the saved leaves (partial_restore); the saved
+      # layout is the one StandardSave writes.
+      options = ocp.CheckpointManagerOptions(
+        read_only=True, create=False, save_interval_steps=0, max_to_keep=None
+      )
+      with _orbax_warnings_silenced():  # "Given directory is read only": what we asked for
+        self._mngr = ocp.CheckpointManager(
+          self.directory,
+          options=options,
+          item_handlers={
+            "state": ocp.PyTreeCheckpointHandler(),
+            "extra": ocp.JsonCheckpointHandler(),
+          },
+        )
+      return
     self._check_writable()
     self._mngr = ocp.CheckpointManager(
       self.directory,
@@ -299,6 +333,8 @@ class Checkpointer:
     as this returns. Returns False (nothing written) if `step` is already saved or older than the
     newest saved step, unless `force` (which replaces an existing `step`).
     """
+    if self.read_only:
+      raise CheckpointError(f"{self.directory} was opened read-only; nothing can be saved")
     if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
       raise CheckpointError(f"step must be a non-negative int, got {step!r}")
     step = int(step)
@@ -353,6 +389,8 @@ class Checkpointer:
 
   def all_steps(self) -> list[int]:
     """Complete steps on disk, oldest first (not verified). In-flight saves are not listed."""
+    if self.read_only and not self.directory.exists():
+      return []
     return sorted(ocp.step.checkpoint_steps(self.directory))
 
   # -- restoring -------------------------------------------------------------------------------
@@ -363,8 +401,10 @@ class Checkpointer:
     `abstract_state`: pytree of jax.ShapeDtypeStruct with the target shardings (a leaf without a
     sharding goes to the first device), or of concrete arrays whose shardings are reused.
     A bad newer step is reported in one warning line and moved to `<directory>/corrupt/` once an
-    older step verifies. Raises CheckpointError if the newest readable step was written for
-    another config (fingerprint or leaf shapes differ), or if steps exist but none verifies.
+    older step verifies (a read-only checkpointer leaves it in place). Raises CheckpointError if
+    the newest readable step was written for another config (fingerprint or leaf shapes differ),
+    or if steps exist but none verifies. Read-only: `abstract_state` may hold any part of the
+    saved tree (same paths); only that part is read and verified.
     """
     self.wait()  # a save still in flight is not restorable yet
     self._mngr.reload()  # see steps written or moved by other processes/instances
@@ -437,6 +477,8 @@ class Checkpointer:
     now = {k: (v["shape"], v["dtype"]) for k, v in wanted.items()}
     changed = sorted(k for k in set(saved) & set(now) if saved[k] != now[k])
     missing, extra = sorted(set(now) - set(saved)), sorted(set(saved) - set(now))
+    if self.read_only:
+      extra = []  # a reader asks for part of the state
     parts = []
     if changed:
       (s_shape, s_dtype), (n_shape, n_dtype) = saved[changed[0]], now[changed[0]]
@@ -462,10 +504,13 @@ class Checkpointer:
     # another thread after the loop has closed. (Without _METADATA alone it still restores.)
     if "manifest.ocdbt" in missing:
       raise _BadStep(f"restore failed: state/{missing[0]} is missing")
+    if self.read_only:
+      restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+      state_args = ocp.args.PyTreeRestore(target, restore_args=restore_args, partial_restore=True)
+    else:
+      state_args = ocp.args.StandardRestore(target)
     try:
-      restored = self._mngr.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
-      )
+      restored = self._mngr.restore(step, args=ocp.args.Composite(state=state_args))
       return restored["state"]
     except Exception as e:
       _silence_orbax_leftovers()
@@ -477,14 +522,15 @@ class Checkpointer:
   def _verify(step: int, meta: dict, state) -> None:
     got = checksums(state)
     saved = {k: v["sum"] for k, v in meta["manifest"].items()}
-    wrong = sorted(k for k in saved if got.get(k) != saved[k])
+    # every saved leaf restored (all of them, unless a reader asked for part of the state)
+    wrong = sorted(k for k in saved if k in got and got[k] != saved[k])
     if wrong:
       more = f" (+{len(wrong) - 1} more leaves)" if len(wrong) > 1 else ""
       raise _BadStep(f"checksum mismatch in state{wrong[0]}{more}")
 
   def _quarantine(self, steps: list[int]) -> None:
     """Moves bad steps aside so their numbers can be saved again (Orbax refuses older steps)."""
-    if not steps:
+    if not steps or self.read_only:
       return
     if jax.process_index() == 0:
       dest_root = self.directory / CORRUPT_DIR

@@ -3,8 +3,10 @@
   from jaxformer.train import config as config_lib
   c = config_lib.get_config("transformer")            # CPU size: MQAR V=64 L=32 K=4
   c = config_lib.get_config("transformer", "accel")   # one GPU / TPU host
+  c = config_lib.text_config("input.txt")            # a char-level transformer on a text file
 
-`experiments/configs/default.py` is the command-line face of this config (`--config=...:rung=`).
+`experiments/configs/default.py` and `experiments/configs/text.py` are the command-line faces
+of these configs (`--config=...:rung=` and `--config=...:path=`).
 """
 
 import ml_collections
@@ -16,11 +18,31 @@ CPU_TASK = "mqar:vocab_size=64,seq_len=32,num_kv_pairs=4"
 ACCEL_TASK = "mqar:vocab_size=8192,seq_len=256,num_kv_pairs=32,num_examples=100000"
 
 
+def parse_arg(arg, defaults, usage):
+  """A config file's argument 'key=value,...' over `defaults`; an item that is not
+  key=value with a key of `defaults` raises ConfigError naming it and `usage`."""
+  fields = dict(defaults)
+  for item in filter(None, (arg or "").split(",")):
+    key, sep, value = item.partition("=")
+    if not sep or key not in fields:
+      raise ladder.ConfigError(f"config argument {item!r}: expected {usage}")
+    fields[key] = value
+  return fields
+
+
+def sized_by_task(model):
+  """`model` with vocab_size and max_len None: the loop takes them from the task
+  (jaxformer.train.program.resolve); an explicit value must cover the task."""
+  with model.unlocked():
+    model.vocab_size = ml_collections.FieldReference(None, field_type=int)
+    model.max_len = ml_collections.FieldReference(None, field_type=int)
+  return model
+
+
 def accel_model(rung):
   """The rung's model at accelerator size: wider and deeper, heads of 64."""
   model = ladder.default_config(rung)
   with model.unlocked():
-    model.vocab_size, model.max_len = 8192, 256
     model.d_model, model.num_layers, model.num_heads, model.d_ff = 256, 4, 4, 1024
     if rung == "full_dynamic":  # D^2 scalar functions: keep D small
       model.d_model, model.num_heads = 32, 1
@@ -40,7 +62,8 @@ def get_config(rung="transformer", size="cpu"):
 
   c = ml_collections.ConfigDict()
   c.rung = rung  # which model of the ladder (jaxformer.ladder.RUNGS)
-  c.model = accel_model(rung) if accel else ladder.default_config(rung)  # its ConfigDict
+  # The rung's ConfigDict; vocab_size and max_len None: the task's (set them to override).
+  c.model = sized_by_task(accel_model(rung) if accel else ladder.default_config(rung))
   c.task = ACCEL_TASK if accel else CPU_TASK  # jaxformer.data task spec string
   c.data_dir = ml_collections.FieldReference(None, field_type=str)  # None: $JAXFORMER_DATA_DIR
   c.seed = 0  # init, per-step rng and data order
@@ -71,4 +94,39 @@ def get_config(rung="transformer", size="cpu"):
   # over 2 slices (jaxformer.train.sharding); None: one slice
   c.dcn_mesh_shape = ml_collections.FieldReference(None, field_type=tuple)
   c.peak_flops_per_device = ml_collections.FieldReference(None, field_type=float)  # None: measure
+  return c
+
+
+# The char-level text preset: (model fields, training fields, seq_len) per size.
+TEXT_SIZES = {
+  "cpu": (
+    dict(d_model=128, num_layers=4, num_heads=4, d_ff=512),
+    dict(batch_size=16, total_steps=2000, warmup_steps=100, eval_every=250),
+    128,
+  ),
+  "accel": (  # nanoGPT's shakespeare-char size, without dropout
+    dict(d_model=384, num_layers=6, num_heads=6, d_ff=1536),
+    dict(batch_size=64, total_steps=5000, warmup_steps=200, eval_every=500),
+    256,
+  ),
+}
+
+
+def text_config(path, size="cpu"):
+  """A char-level transformer (the `transformer` rung) on the text files at `path` (a file,
+  directory or glob; the last 10% held out), vocabulary and length from the task."""
+  if size not in SIZES:
+    raise ladder.ConfigError(f"size={size!r}: expected one of {', '.join(SIZES)}")
+  if not path or any(ch in path for ch in ",="):
+    raise ladder.ConfigError(f"path={path!r}: expected a text file, directory or glob (no , or =)")
+  model_fields, fields, seq_len = TEXT_SIZES[size]
+  c = get_config("transformer", size)
+  c.task = f"text:path={path},level=char,seq_len={seq_len}"
+  with c.unlocked():
+    for field, value in model_fields.items():
+      c.model[field] = value
+    for field, value in fields.items():
+      c[field] = value
+    c.checkpoint_every = c.eval_every * 2
+    c.log_every = 50
   return c

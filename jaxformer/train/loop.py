@@ -2,9 +2,9 @@
 restore, loop, eval, save).
 
 With a workdir it checkpoints (async, every `checkpoint_every` steps and at the end), resumes
-from the latest good checkpoint (state, rng and the data iterator's position), writes
-metrics.jsonl and TensorBoard events, and on SIGTERM finishes the current step, saves and
-returns. With `workdir=None` it writes nothing: experiments call it many times on small
+from the latest good checkpoint (state, rng and the data iterator's position), writes the
+config as run and the task's facts (jaxformer.train.workdir), metrics.jsonl and TensorBoard
+events, and on SIGTERM finishes the current step, saves and returns. With `workdir=None` it writes nothing: experiments call it many times on small
 models, and the jitted programs (jaxformer.train.program) are cached, so a second call with
 the same shapes does not compile again.
 
@@ -15,7 +15,6 @@ unchanged (see step.py), so being told one step late loses nothing.
 
 import contextlib
 import math
-import os
 import signal
 import threading
 import time
@@ -29,9 +28,8 @@ from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train import sharding
+from jaxformer.train import workdir as workdir_lib
 from jaxformer.train.checkpoint import Checkpointer
-
-CHECKPOINT_DIR = "checkpoints"
 
 
 class NonFiniteError(RuntimeError):
@@ -43,9 +41,11 @@ def train(config, workdir=None):
 
   Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
   final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,
-  tokens_per_sec, mfu, skipped_steps, stop_reason (completed | early_stop | preempted) and
-  the trained params. Raises ConfigError / DataError / MeshError / CheckpointError for a
-  config that cannot run, NonFiniteError at a non-finite step (unless skip_nonfinite).
+  tokens_per_sec, mfu, skipped_steps, stop_reason (completed | early_stop | preempted), the
+  trained params and `config`: the config as run, its model sized for the task
+  (jaxformer.train.program.resolve), which a workdir also keeps in config.json. Raises
+  ConfigError / DataError / MeshError / CheckpointError for a config that cannot run,
+  NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
   program_lib.check_config(config)
   faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
@@ -64,7 +64,7 @@ def train(config, workdir=None):
 
   # --- data -------------------------------------------------------------------------------
   train_ds, test_ds = _datasets(config.task, config.data_dir)
-  program_lib.check_task_fits(config, train_ds)
+  config = program_lib.resolve(config, train_ds)  # model.vocab_size / max_len from the task
   loader = data.Loader(train_ds, config.batch_size, seed=config.seed, **shard)
   seq_len = train_ds.seq_len
   tokens_per_step = config.batch_size * seq_len
@@ -81,11 +81,13 @@ def train(config, workdir=None):
     ckpt, restored = None, None
     if workdir is not None:
       ckpt = Checkpointer(
-        os.path.join(workdir, CHECKPOINT_DIR),
+        workdir_lib.checkpoint_dir(workdir),
         max_to_keep=config.keep_checkpoints,
         fingerprint=program_lib.fingerprint(config),
       )
       restored = ckpt.restore_latest(program.abstract_state)
+      if lead:  # after the restore: a workdir of another config was refused above
+        workdir_lib.write_run(workdir, config, train_ds)
     if restored is None:
       state, first_step, skipped = program.init(jax.random.key(config.seed)), 0, 0
     else:
@@ -261,7 +263,39 @@ def _summary(
     "skipped_steps": skipped,
     "stop_reason": stop_reason,
     "params": state["params"],
+    "config": config,
   }
+
+
+def evaluate_workdir(workdir, *, batch_size=None, eval_batches=None, data_dir=None):
+  """Evaluates the trained run in `workdir` on its task's test split, without training.
+
+  Reads config.json and only the params of the newest checkpoint that verifies; runs data
+  parallel over every device. batch_size / eval_batches default to the run's; data_dir to the
+  run's (the task's data is prepared again if it is not there). Returns {step, eval_loss,
+  eval_accuracy}.
+  """
+  config = workdir_lib.read_config(workdir)
+  with config.unlocked():
+    for field, value in (("batch_size", batch_size), ("eval_batches", eval_batches)):
+      if value is not None:
+        config[field] = value
+    if data_dir is not None:
+      config.data_dir = data_dir
+    config.mesh_shape = (-1, 1, 1)  # any device count: data parallel
+  program_lib.check_config(config)
+  mesh = sharding.make_mesh(config.mesh_shape)
+  dp = sharding.data_parallel_size(mesh)
+  if config.batch_size % dp:
+    raise ladder.ConfigError(
+      f"batch_size={config.batch_size}: not divisible by the {dp} devices evaluating it"
+    )
+  _, test_ds = _datasets(config.task, config.data_dir)
+  program_lib.resolve(config, test_ds)  # the task still fits the model
+  with sharding.active(mesh):
+    program = program_lib.build(config, mesh, (config.batch_size, test_ds.seq_len))
+    step, params = workdir_lib.restore_params(workdir, config, program.abstract_state["params"])
+    return {"step": step, **_evaluate(program, params, test_ds, config)}
 
 
 def _datasets(spec, data_dir):

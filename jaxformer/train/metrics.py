@@ -15,6 +15,7 @@ MFU = FLOPs/token x tokens/s / peak, the peak from the config or `measure_matmul
 """
 
 import functools
+import importlib.util
 import json
 import math
 import os
@@ -24,10 +25,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxformer import ladder
+from jaxformer import files, ladder
 
 METRICS_FILE = "metrics.jsonl"
 GATHERED_PARAMS = ("embed", "pos_embed")  # used by index, not by matmul
@@ -106,34 +108,79 @@ def system_peak(mesh, peak_flops_per_device=None):
 
 
 class Writer:
-  """metrics.jsonl and TensorBoard events in `workdir`; does nothing when disabled."""
+  """metrics.jsonl and TensorBoard events in `workdir`; does nothing when disabled.
 
-  def __init__(self, workdir, *, enabled=True, resume_step=None):
+  A local workdir's metrics.jsonl is appended to, one flushed line per record. An object
+  store (gs://...) cannot append: there the file is written whole after each record (it
+  stays small: one line per logged step). TensorBoard events go through tensorboardX, which
+  writes gs:// only with google-cloud-storage installed; without it the run says so once and
+  writes metrics.jsonl alone.
+  """
+
+  def __init__(self, workdir, *, enabled=True, resume_step=None, stream=None):
     self.enabled = enabled and workdir is not None
-    self._file = self._tb = None
+    self._file = self._tb = self._lines = None
     if not self.enabled:
       return
-    path = os.path.join(workdir, METRICS_FILE)
-    if resume_step is not None:
-      _truncate_after(path, resume_step)
-    self._file = open(path, "a")  # noqa: SIM115  (closed in close())
-    self._tb = _summary_writer()(os.path.join(workdir, "tensorboard"))
+    root = epath.Path(workdir)
+    self._path = root / METRICS_FILE
+    lines = _lines_until(self._path, resume_step)
+    if files.is_local(workdir):
+      if resume_step is not None:
+        self._path.write_text("".join(lines))
+      self._file = self._path.open("a")
+    else:
+      self._lines = lines
+    self._tb = _tensorboard(root / "tensorboard", stream or sys.stderr)
 
   def write(self, step, scalars):
     if not self.enabled:
       return
     record = {"step": int(step), **{k: _json_value(v) for k, v in scalars.items()}}
-    self._file.write(json.dumps(record) + "\n")
-    self._file.flush()
-    for name, value in record.items():
-      if name != "step" and isinstance(value, int | float):  # "nan" strings are skipped
-        self._tb.add_scalar(name, value, int(step))
+    line = json.dumps(record) + "\n"
+    if self._file is not None:
+      self._file.write(line)
+      self._file.flush()
+    else:
+      self._lines.append(line)
+      self._path.write_text("".join(self._lines))
+    if self._tb is not None:
+      for name, value in record.items():
+        if name != "step" and isinstance(value, int | float):  # "nan" strings are skipped
+          self._tb.add_scalar(name, value, int(step))
 
   def close(self):
-    if self._file:
+    if self._file is not None:
       self._file.close()
+    if self._tb is not None:
       self._tb.close()
-      self._file = self._tb = None
+    self._file = self._tb = self._lines = None
+    self.enabled = False
+
+
+def _tensorboard(logdir, stream):
+  """A tensorboardX SummaryWriter on `logdir`, or None (with one line on `stream`) where
+  tensorboardX cannot write."""
+  text = os.fspath(logdir)
+  needs = {"gs://": "google.cloud.storage", "s3://": "boto3"}
+  if not files.is_local(text):
+    module = next((m for prefix, m in needs.items() if text.startswith(prefix)), None)
+    if module is None or not _importable(module):
+      print(
+        f"note: no TensorBoard events in {text}: tensorboardX writes there only with "
+        f"{module or 'a local path'} installed; metrics.jsonl holds the same scalars",
+        file=stream,
+        flush=True,
+      )
+      return None
+  return _summary_writer()(text)
+
+
+def _importable(module):
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # a parent package is missing
+    return False
 
 
 def _summary_writer():
@@ -161,19 +208,17 @@ def _json_value(value):
   return value
 
 
-def _truncate_after(path, step):
-  if not os.path.exists(path):
-    return
-  with open(path) as f:
-    kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-  with open(path, "w") as f:
-    f.writelines(kept)
+def _lines_until(path, step):
+  """The lines of metrics.jsonl at `path` (an epath) up to `step` (all if None)."""
+  if not path.exists():
+    return []
+  lines = [line + "\n" for line in path.read_text().splitlines() if line.strip()]
+  return [line for line in lines if step is None or json.loads(line)["step"] <= step]
 
 
 def read_metrics(workdir):
-  """The records of metrics.jsonl, in order."""
-  with open(os.path.join(workdir, METRICS_FILE)) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  """The records of metrics.jsonl, in order (a local path or an epath URL)."""
+  return [json.loads(line) for line in _lines_until(epath.Path(workdir) / METRICS_FILE, None)]
 
 
 class Progress:

@@ -14,11 +14,24 @@ import jax
 from jaxformer import data, ladder
 from jaxformer.train import optimizer, sharding, step
 
+SIZED_FIELDS = ("max_len", "vocab_size")  # model fields that None takes from the task
+
 
 def check_config(config):
-  """Raises ConfigError naming the first training field that cannot work (model included)."""
+  """Raises ConfigError naming the first training field that cannot work (model included).
+
+  model.vocab_size and model.max_len may be None (taken from the task by `resolve`); every
+  other model field is checked here, before any data is read.
+  """
   c = config
-  ladder.validate(c.rung, c.model)
+  model = c.model
+  if any(model[f] is None for f in SIZED_FIELDS):
+    model = model.copy_and_resolve_references()
+    with model.unlocked():
+      for field in SIZED_FIELDS:
+        if model[field] is None:
+          model[field] = 1  # a stand-in: resolve() puts the task's size here
+  ladder.validate(c.rung, model)
   optimizer.validate(c)
   for field in ("batch_size", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every"):
     if not isinstance(c[field], int) or isinstance(c[field], bool) or c[field] <= 0:
@@ -34,18 +47,32 @@ def check_config(config):
   data.parse_spec(c.task)  # DataError naming the task field
 
 
-def check_task_fits(config, dataset):
-  """The task's sequences and token ids must fit the model's tables."""
-  if dataset.seq_len > config.model.max_len:
-    raise ladder.ConfigError(
-      f"task seq_len={dataset.seq_len} > model.max_len={config.model.max_len}: "
-      "raise model.max_len or shorten the task"
-    )
-  if dataset.vocab_size > config.model.vocab_size:
-    raise ladder.ConfigError(
-      f"task vocab_size={dataset.vocab_size} > model.vocab_size={config.model.vocab_size}: "
-      "token ids would index past the embedding"
-    )
+def resolve(config, dataset):
+  """The config with the model sized for the task: a None model.vocab_size / model.max_len
+  becomes the task's vocabulary / sequence length; an explicit value must cover the task.
+
+  Returns a new locked ConfigDict (the input is not changed): the config the loop builds,
+  writes to the workdir and fingerprints checkpoints with.
+  """
+  needed = {"max_len": dataset.seq_len, "vocab_size": dataset.vocab_size}
+  task_field = {"max_len": "seq_len", "vocab_size": "vocab_size"}
+  resolved = config.copy_and_resolve_references()
+  with resolved.unlocked():
+    for field in SIZED_FIELDS:
+      given = resolved.model[field]
+      if given is None:
+        resolved.model[field] = needed[field]
+      elif given < needed[field]:
+        why = {
+          "max_len": "raise model.max_len or shorten the task",
+          "vocab_size": "token ids would index past the embedding",
+        }[field]
+        raise ladder.ConfigError(
+          f"task {task_field[field]}={needed[field]} > model.{field}={given}: {why} "
+          f"(or leave model.{field} unset to take the task's)"
+        )
+  resolved.lock()
+  return resolved
 
 
 def fingerprint(config):
@@ -91,6 +118,12 @@ def build(config, mesh, batch_shape):
   )
   if key in _PROGRAMS:
     return _PROGRAMS[key]
+  unsized = [f for f in SIZED_FIELDS if config.model[f] is None]
+  if unsized:
+    raise ladder.ConfigError(
+      f"model.{unsized[0]}=None: size the model for its task first, "
+      "config = program.resolve(config, dataset) (loop.train does)"
+    )
   model = ladder.build(config.rung, config.model)
   tx = optimizer.make(config)
   init_boxed = lambda rng: step.init_state(model, tx, rng, batch_shape)  # noqa: E731

@@ -86,6 +86,7 @@ class Run:
 
 @dataclasses.dataclass
 class SweepResult:
+  config: object  # the training config as run (model sized from the task)
   runs: list  # one Run per replica, in the order given
   params: object  # the trained params, every leaf stacked [N, ...] (host numpy)
   chance: float  # the task's chance accuracy (jaxformer.data.chance)
@@ -261,7 +262,7 @@ def train(config, replicas, *, log=None, keep_params=True):
     data.get_dataset(config.task, "train", config.data_dir),
     data.get_dataset(config.task, "test", config.data_dir),
   )
-  program.check_task_fits(config, train_ds)
+  config = program.resolve(config, train_ds)  # model.vocab_size / max_len from the task
   chance, chance_rule = data.chance(train_ds)
   n, B, L = len(replicas), config.batch_size, train_ds.seq_len
   validation, evaluation = _held_out(test_ds, B)
@@ -329,6 +330,7 @@ def train(config, replicas, *, log=None, keep_params=True):
   ]
   params = jax.device_get(state["params"]) if keep_params else None
   return SweepResult(
+    config=config,
     runs=runs,
     params=params,
     chance=chance,

@@ -48,3 +48,40 @@ def test_top_k_renormalizes_over_the_kept_logits():
   want = np.asarray(jax.nn.softmax(jnp.array([2.0, 1.0])))
   np.testing.assert_allclose(counts[:2] / DRAWS, want, atol=5 * np.sqrt(0.25 / DRAWS))
   assert counts[2:].sum() == 0
+
+
+@pytest.mark.parametrize(
+  "p, kept",
+  [
+    (0.5, [0]),  # 0.64 alone reaches 0.5
+    (0.7, [0, 1]),  # 0.64 < 0.7: the next token is needed
+    (0.9, [0, 1, 2]),
+    (1.0, [0, 1, 2, 3]),
+  ],
+)
+def test_top_p_keeps_the_smallest_nucleus_reaching_p(p, kept):
+  probs_V = jnp.array([0.64, 0.2, 0.1, 0.06])
+  logits_V = jnp.log(probs_V)[jnp.array([2, 0, 3, 1])]  # shuffled: the filter must sort
+  order = np.array([1, 3, 0, 2])  # where probs_V[i] sits in logits_V
+  drawn = set(_draws(logits_V, top_p=p).tolist())
+  assert drawn == set(order[kept].tolist())
+  masked = np.asarray(sampling.top_p_mask(logits_V[None], p))[0]
+  assert set(np.flatnonzero(np.isfinite(masked)).tolist()) == set(order[kept].tolist())
+
+
+def test_top_p_renormalizes_and_composes_with_top_k():
+  logits_V = jnp.log(jnp.array([0.5, 0.3, 0.15, 0.05]))
+  counts = np.bincount(_draws(logits_V, top_p=0.8), minlength=4)
+  want = np.array([0.5, 0.3]) / 0.8
+  np.testing.assert_allclose(counts[:2] / DRAWS, want, atol=5 * np.sqrt(0.25 / DRAWS))
+  assert counts[2:].sum() == 0
+  # top_k=3 first (renormalized 0.526, 0.316, 0.158), then p = 0.6 keeps two
+  assert set(_draws(logits_V, top_k=3, top_p=0.6).tolist()) == {0, 1}
+
+
+def test_token_log_probs_are_the_models_log_softmax():
+  logits_BV = jax.random.normal(jax.random.key(3), (4, 10))
+  tokens_B = jnp.array([0, 9, 3, 3])
+  got = sampling.token_log_probs(logits_BV, tokens_B)
+  want = np.log(np.asarray(jax.nn.softmax(logits_BV)))[np.arange(4), np.asarray(tokens_B)]
+  np.testing.assert_allclose(got, want, rtol=1e-5)

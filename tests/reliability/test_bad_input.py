@@ -5,8 +5,8 @@ Each row: entry point, what is given, the field its one-line message must name, 
 no traceback; with --debug the traceback is shown). The API rows expect a ValueError (or
 an OSError for a missing file) whose message is one line naming the field.
 
-`python -m experiments.bench` rows run as subprocesses too (exit 2, one line); its suites'
-arguments are checked through `experiments.bench.run_suite`, which runs nothing until they pass.
+`python -m experiments.bench`, `sample` and `evaluate` rows run as subprocesses too (exit 2, one
+line); the bench suites' arguments are checked through `experiments.bench.run_suite`, which runs nothing until they pass.
 """
 
 import concurrent.futures
@@ -28,7 +28,7 @@ from tests.train.train_helpers import REPO, TINY_TASK, main_command, tiny_config
 
 DEFAULT = f"{REPO}/experiments/configs/default.py"
 NO_WORKDIR = "<no --workdir>"
-CLI = ("main", "bench")  # entry points run as subprocesses
+CLI = ("main", "bench", "sample", "evaluate")  # entry points run as subprocesses
 D = 16  # width of the GPT-2 state dicts below
 
 # fmt: off
@@ -59,6 +59,23 @@ CATALOGUE = [
    "leaves not in the checkpoint, e.g. state['opt_state']", 2),
   ("main", "--debug shows the traceback", ["--config.learning_rate=nan", "--debug"],
    "learning_rate=nan", 1),
+  # --- python -m experiments.sample / evaluate ARGS ({trained}: a tiny MQAR run) --------------
+  ("sample", "missing workdir", ["--prompt=1 2"], "--workdir", 2),
+  ("sample", "workdir without a run", ["--workdir={tmp}"], "--workdir={tmp}: no", 2),
+  ("sample", "zero temperature", ["--workdir={trained}", "--temperature=0"], "--temperature", 2),
+  ("sample", "top_p above 1", ["--workdir={trained}", "--top_p=1.5"], "--top_p=1.5", 2),
+  ("sample", "zero tokens", ["--workdir={trained}", "--num_tokens=0"], "--num_tokens=0", 2),
+  ("sample", "top_k > vocab", ["--workdir={trained}", "--top_k=99"], "--top_k=99", 2),
+  ("sample", "text for a non-text task", ["--workdir={trained}", "--prompt=hi"], "--prompt='hi'",
+   2),
+  ("sample", "prompt id >= vocab", ["--workdir={trained}", "--prompt=1 32"], "--prompt='1 32'", 2),
+  ("sample", "prompt of max_len", ["--workdir={trained}", "--prompt=" + "1 " * 16], "--prompt", 2),
+  ("sample", "stop of two tokens", ["--workdir={trained}", "--stop=1 2"], "--stop='1 2'", 2),
+  ("sample", "unknown flag", ["--workdir={trained}", "--temp=1"], "temp", 2),
+  ("evaluate", "missing workdir", [], "--workdir", 2),
+  ("evaluate", "zero batch", ["--workdir={trained}", "--batch_size=0"], "--batch_size=0", 2),
+  ("evaluate", "batch % devices", ["devices=2", "--workdir={trained}", "--batch_size=3"],
+   "batch_size=3", 2),
   # --- python -m experiments.bench ARGS ------------------------------------------------------
   ("bench", "unknown suite", ["flash"], "argument suite: invalid choice: 'flash'", 2),
   ("bench", "malformed --set", ["attention", "--set", "block_size"], "argument --set", 2),
@@ -149,6 +166,10 @@ def _fill(text, ctx):
 def _command(entry, args, workdir, ctx):
   if entry == "bench":
     return [sys.executable, "-m", "experiments.bench", *args], 1
+  if entry in ("sample", "evaluate"):
+    devices = [int(a.split("=")[1]) for a in args if a.startswith("devices=")] or [1]
+    rest = [_fill(a, ctx) for a in args if not a.startswith("devices=")]
+    return [sys.executable, "-m", f"experiments.{entry}", *rest], devices[0]
   cmd, devices = main_command(workdir, rung="softmax"), 1
   for arg in args:
     arg = _fill(arg, ctx)

@@ -11,7 +11,6 @@ import ast
 import os
 import pathlib
 import pickle
-import shutil
 
 import numpy as np
 import pytest
@@ -196,10 +195,13 @@ def test_config_is_never_searched_for(config_arg, tmp_path):
 def test_the_named_config_file_is_the_one_loaded(tmp_path):
   """A copy of the default config in the working directory is loaded from there (its bad
   keep_checkpoints is what the run reports)."""
-  shutil.copy(os.path.join(REPO, "experiments/configs/default.py"), tmp_path / "mine.py")
-  wrapped = "\n\n_default = get_config\n\n\ndef get_config(arg=None):\n"
-  wrapped += "  c = _default(arg)\n  c.keep_checkpoints = -7\n  return c\n"
-  (tmp_path / "mine.py").write_text((tmp_path / "mine.py").read_text() + wrapped)
+  text = open(os.path.join(REPO, "experiments/configs/default.py")).read()
+  # the copy's get_config sets one bad field on the default config's result
+  text += (
+    "\n\n_default_get_config = get_config\n\n\ndef get_config(arg=None):\n"
+    "  c = _default_get_config(arg)\n  c.keep_checkpoints = -7\n  return c\n"
+  )
+  (tmp_path / "mine.py").write_text(text)
   cmd = main_command(tmp_path / "run", rung="softmax")
   cmd[3] = "--config=mine.py:rung=softmax"
   result = run(cmd, tmp_path / "data", timeout=h.TIMEOUT, cwd=tmp_path)

@@ -312,6 +312,63 @@ def test_leftover_tmp_directory_is_ignored(tmp_path, mesh222):
   _assert_bitwise_equal(got, _state(3, mesh222))
 
 
+# -- a reader: part of the state, nothing written ------------------------------------------------
+
+
+def _tree_listing(root):
+  return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_reader_restores_the_params_alone_onto_a_mesh(tmp_path, mesh222):
+  _saved(tmp_path, mesh222).close()
+  before = _tree_listing(tmp_path)
+  reader = Checkpointer(tmp_path / "ckpt", read_only=True)
+  for target in (_abstract(_mesh((8, 1, 1)))["params"], _abstract(None)["params"]):
+    step, got, extra = reader.restore_latest({"params": target})
+    assert step == 2 and extra == {"data": {"pos": 20}} and set(got) == {"params"}
+    _assert_bitwise_equal(got["params"], _state(2, mesh222)["params"])
+    for leaf, t in zip(jax.tree.leaves(got), jax.tree.leaves(target), strict=True):
+      assert leaf.sharding.is_equivalent_to(t.sharding, leaf.ndim)
+  with pytest.raises(CheckpointError, match="read-only"):
+    reader.save(3, _state(3, mesh222))
+  reader.close()
+  assert _tree_listing(tmp_path) == before  # no write probe, no save
+  assert Checkpointer(tmp_path / "nothing", read_only=True).restore_latest({}) is None
+  assert not (tmp_path / "nothing").exists()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize(
+  "damage",
+  [_tamper_checksum, _delete_manifest, _delete_checksums, _garble_checksums],
+  ids=lambda f: f.__name__.strip("_"),
+)
+def test_reader_verifies_what_it_reads_and_moves_nothing(damage, tmp_path, mesh222, caplog):
+  _saved(tmp_path, mesh222).close()
+  damage(tmp_path / "ckpt" / "2")
+  reader = Checkpointer(tmp_path / "ckpt", read_only=True)
+  with caplog.at_level(logging.WARNING):
+    step, got, _ = reader.restore_latest({"params": _abstract(None)["params"]})
+  assert step == 1
+  _assert_bitwise_equal(got["params"], _state(1, mesh222)["params"])
+  assert any("step 2" in r.getMessage() for r in caplog.records)
+  assert reader.all_steps() == [1, 2] and not (tmp_path / "ckpt" / "corrupt").exists()
+  reader.close()
+
+
+def test_reader_refuses_another_config_and_other_shapes(tmp_path, mesh222):
+  _saved(tmp_path, mesh222, fingerprint={"model": {"d_model": 64}}).close()
+  other = Checkpointer(tmp_path / "ckpt", read_only=True, fingerprint={"model": {"d_model": 8}})
+  with pytest.raises(CheckpointError, match=r"model\.d_model: checkpoint 64 vs now 8"):
+    other.restore_latest({"params": _abstract(None)["params"]})
+  target = {"params": {"w": jax.ShapeDtypeStruct((16, 64), jnp.float32)}}
+  with pytest.raises(CheckpointError, match=r"\['params'\]\['w'\].*\[16, 32\].*\[16, 64\]"):
+    Checkpointer(tmp_path / "ckpt", read_only=True).restore_latest(target)
+  target = {"params": {"nope": jax.ShapeDtypeStruct((2,), jnp.float32)}}
+  with pytest.raises(CheckpointError, match=r"not in the checkpoint, e.g. state\['params'\]"):
+    Checkpointer(tmp_path / "ckpt", read_only=True).restore_latest(target)
+
+
 # -- incompatible configs -------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.configs import default
+from experiments.configs import default, text
 from jaxformer import data, ladder
 from jaxformer.train import optimizer, sharding
 from jaxformer.train import program as program_lib
@@ -30,11 +30,12 @@ def test_every_rung_and_size_is_a_valid_config(rung, size):
   assert config.rung == rung
   program_lib.check_config(config)
   optimizer.make(config)
-  _, task = data.parse_spec(config.task)
-  assert task["seq_len"] <= config.model.max_len
-  assert task["vocab_size"] <= config.model.vocab_size
+  data.parse_spec(config.task)
+  # the model's vocabulary and length come from the task (program.resolve)
+  assert config.model.vocab_size is None and config.model.max_len is None
   if size == "cpu":
-    assert config.model.to_dict() == ladder.default_config(rung).to_dict()
+    sized = {"vocab_size": None, "max_len": None}
+    assert config.model.to_dict() == ladder.default_config(rung).to_dict() | sized
 
 
 @pytest.mark.parametrize("rung", ladder.RUNGS)
@@ -69,3 +70,34 @@ def test_cpu_results_cover_every_rung():
   assert set(default.CPU_RESULTS) == set(ladder.RUNGS)
   for rung, accuracy in default.CPU_RESULTS.items():
     assert accuracy is None or 0 <= accuracy <= 1, rung
+
+
+@pytest.mark.parametrize("size", text.config_lib.SIZES)
+def test_text_preset_is_a_valid_config_sized_by_its_task(size):
+  config = text.get_config(f"path=corpus/*.txt,size={size}")
+  program_lib.check_config(config)
+  optimizer.make(config)
+  name, task = data.parse_spec(config.task)
+  assert (name, task["path"], task["level"]) == ("text", "corpus/*.txt", "char")
+  assert config.model.vocab_size is None and config.model.max_len is None
+
+
+@pytest.mark.parametrize(
+  "arg,match",
+  [
+    (None, "config argument path: required"),
+    ("size=cpu", "config argument path: required"),
+    ("path=a.txt,size=huge", "size='huge'"),
+    ("path=a.txt,rung=rnn", "'rung=rnn'"),
+  ],
+)
+def test_text_preset_bad_argument_names_itself(arg, match):
+  with pytest.raises(ladder.ConfigError, match=match):
+    text.get_config(arg)
+
+
+def test_text_preset_docstring_gives_the_commands_and_a_measured_result():
+  doc = text.__doc__
+  assert "python -m experiments.main --config=experiments/configs/text.py:path=" in doc
+  assert "python -m experiments.sample --workdir=" in doc
+  assert "Expected (seed 0" in doc and "eval_loss=" in doc

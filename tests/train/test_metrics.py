@@ -10,6 +10,7 @@ import pytest
 
 from jaxformer import ladder
 from jaxformer.train import metrics
+from tests.train.train_helpers import fake_object_store
 
 
 def _params(rung, **fields):
@@ -81,6 +82,26 @@ def test_writer_on_resume_drops_records_past_the_restored_step(tmp_path):
     (2, 2),
     (3, 30.0),
   ]
+
+
+def test_writer_on_an_object_store_writes_the_file_whole(tmp_path):
+  """gs:// cannot append: each record rewrites metrics.jsonl; a resume drops later steps;
+  without google-cloud-storage there are no TensorBoard events, and the run says so."""
+  note = io.StringIO()
+  with fake_object_store(tmp_path):
+    writer = metrics.Writer("gs://bucket/run", stream=note)
+    writer.write(1, {"loss": 2.5})
+    assert metrics.read_metrics("gs://bucket/run") == [{"step": 1, "loss": 2.5}]  # durable
+    writer.write(2, {"loss": 2.0})
+    writer.close()
+    resumed = metrics.Writer("gs://bucket/run", resume_step=1, stream=note)
+    resumed.write(2, {"loss": 1.5})
+    resumed.close()
+    records = metrics.read_metrics("gs://bucket/run")
+  assert records == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.5}]
+  assert os.listdir(tmp_path / "bucket" / "run") == [metrics.METRICS_FILE]
+  assert "no TensorBoard events in gs://bucket/run/tensorboard" in note.getvalue()
+  assert "google.cloud.storage" in note.getvalue()
 
 
 def test_disabled_writer_writes_nothing(tmp_path):

@@ -1,5 +1,7 @@
-"""Shared by the training tests: a tiny config on a tiny MQAR task, and subprocess helpers."""
+"""Shared by the training tests: a tiny config on a tiny MQAR task, subprocess helpers and a
+fake object store."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -68,3 +70,38 @@ def run(cmd, data_dir, timeout=300, cwd=REPO, **env_extra):
   return subprocess.run(
     cmd, env=env(data_dir, **env_extra), capture_output=True, text=True, timeout=timeout, cwd=cwd
   )
+
+
+@contextlib.contextmanager
+def fake_object_store(root):
+  """gs://BUCKET/PATH lives at root/BUCKET/PATH for etils.epath, which behaves as an object
+  store there: a file cannot be opened for appending (GCS objects are written whole) and
+  needs no directory."""
+  from etils.epath import testing
+
+  def local(path):
+    text = os.fspath(path)
+    return os.path.join(root, text[len("gs://") :]) if text.startswith("gs://") else text
+
+  def mapped(original, path, *args, **kwargs):
+    return original(local(path), *args, **kwargs)
+
+  def mapped_pair(original, path, dst, *args, **kwargs):
+    return original(local(path), local(dst), *args, **kwargs)
+
+  def open_(original, path, mode="r", *args, **kwargs):
+    if os.fspath(path).startswith("gs://") and "a" in mode:
+      raise OSError(f"{path}: an object store cannot append (mode {mode!r})")
+    if "w" in mode:  # objects need no directories
+      os.makedirs(os.path.dirname(local(path)), exist_ok=True)
+    return original(local(path), mode, *args, **kwargs)
+
+  def glob_(original, pattern):
+    return [p.replace(os.fspath(root) + os.sep, "gs://", 1) for p in original(local(pattern))]
+
+  fns = ("exists", "isdir", "listdir", "makedirs", "mkdir", "remove", "rmtree", "stat", "walk")
+  pairs = ("rename", "replace", "copy")
+  with testing.mock_epath(
+    open=open_, glob=glob_, **dict.fromkeys(fns, mapped), **dict.fromkeys(pairs, mapped_pair)
+  ):
+    yield
