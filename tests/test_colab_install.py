@@ -1,5 +1,7 @@
 """The notebooks' install cell, run in a fresh virtual environment the way a Colab runtime
 would: jax and jaxlib are there (at another version than jaxformer pins), jaxformer is not.
+It installs the library from a clone (a local path, or a git URL it clones) and works from
+the clone, where the experiments and the notebooks' helpers live (they are not installed).
 
 The environment is offline by construction: every package except jaxformer is taken from the
 project's own environment through a site directory of links, jax's and jaxlib's metadata say
@@ -95,8 +97,11 @@ PROBE = (
 )
 
 
+FROM_CLONE = "\nimport experiments.protocol, os; print('experiments at', os.getcwd())"
+
+
 def test_install_cell_installs_from_a_local_path_and_keeps_jax(tmp_path):
-  cell = install_cell()
+  cell = install_cell() + FROM_CLONE
   python = _offline_env(tmp_path)
   source = _source(tmp_path)
   work = tmp_path / "work"
@@ -107,7 +112,8 @@ def test_install_cell_installs_from_a_local_path_and_keeps_jax(tmp_path):
   # the source as a local path; no build isolation, since that would fetch setuptools
   done = _run(python, cell, work, JAXFORMER_SOURCE=str(source), PIP_NO_BUILD_ISOLATION="0")
   assert done.returncode == 0, done.stderr[-3000:]
-  assert "jaxformer installed from" in done.stdout
+  assert f"jaxformer installed from {source}" in done.stdout
+  assert f"experiments at {source}" in done.stdout  # the clone is where the notebook works
 
   site = _site_packages(python.parents[1])
   after = json.loads(_run(python, PROBE, work).stdout)
@@ -115,13 +121,36 @@ def test_install_cell_installs_from_a_local_path_and_keeps_jax(tmp_path):
   assert after["jax"] == after["jaxlib"] == KEPT_VERSION  # the existing jax was left alone
   installed = sorted(p.name for p in site.iterdir())
   assert not [n for n in installed if n.startswith(("jax-", "jax_", "jaxlib"))], installed
-  assert {"jaxformer", "experiments"} <= set(installed)
+  assert "jaxformer" in installed and "experiments" not in installed  # the library alone
   imported = _run(python, "from jaxformer import ladder; print(len(ladder.RUNGS))", work)
   assert imported.stdout.strip() == str(len(ladder.RUNGS)), imported.stderr[-2000:]
 
-  # once jaxformer is importable the cell does nothing: a source that cannot install is unused
-  again = _run(python, cell, work, JAXFORMER_SOURCE=str(tmp_path / "no-such-clone"))
-  assert again.returncode == 0 and again.stdout == "", again.stderr[-2000:]
+  # after a restart jaxformer is installed: the cell only returns to the clone
+  again = _run(python, cell, work, JAXFORMER_SOURCE=str(source))
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "installed" not in again.stdout and f"experiments at {source}" in again.stdout
+  # inside a checkout (experiments importable) the cell does nothing at all
+  inside = _run(python, install_cell(), source, JAXFORMER_SOURCE="")
+  assert inside.returncode == 0 and inside.stdout == "", inside.stderr[-2000:]
+
+
+def test_install_cell_clones_a_git_url(tmp_path):
+  python = _offline_env(tmp_path)
+  source = _source(tmp_path)
+  git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(source)]
+  for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone me"]):
+    subprocess.run([*git, *args], check=True)
+  work = tmp_path / "content"
+  work.mkdir()
+  url = f"git+file://{source}"
+  done = _run(
+    python, install_cell() + FROM_CLONE, work, JAXFORMER_SOURCE=url, PIP_NO_BUILD_ISOLATION="0"
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  clone = work / "jaxformer-src"
+  assert (clone / ".git").is_dir() and f"experiments at {clone}" in done.stdout
+  after = json.loads(_run(python, PROBE, work).stdout)
+  assert after["jax"] == KEPT_VERSION and after["jaxformer"] is not None
 
 
 def test_install_cell_undoes_itself_when_jax_is_too_old(tmp_path):
