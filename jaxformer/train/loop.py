@@ -70,7 +70,7 @@ def train(config, workdir=None):
 
   # Outside the mesh context: a measured peak is a single-device matmul, which jit refuses to
   # place on one device while a multi-device mesh is the context.
-  peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device)
+  peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device, config.model.dtype)
 
   with sharding.active(mesh):
     # --- model ------------------------------------------------------------------------------
