@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from jaxformer import ladder
+from jaxformer import compile_cache, ladder
 from jaxformer.bench import BenchError, attention, decode, format_table, machine, train
 
 SUITES = {
@@ -114,6 +114,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.cpu_devices:
     cpu_devices(args.cpu_devices)
+  compile_cache.enable()
   try:
     _run(args)
   except (BenchError, ladder.ConfigError) as e:

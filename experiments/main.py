@@ -19,7 +19,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from jaxformer import data, files, ladder
+from jaxformer import compile_cache, data, files, ladder
 from jaxformer.train import checkpoint, loop
 
 USAGE = 2  # exit code of a usage error
@@ -137,6 +137,7 @@ def main(argv):
     if config is None:
       raise ladder.ConfigError("--config is required (e.g. experiments/configs/default.py)")
     workdir = check_workdir(_WORKDIR.value)
+    compile_cache.enable()
     initialize_distributed()
     summary = loop.train(config, workdir)
   except USAGE_ERRORS as e:
