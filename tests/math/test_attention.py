@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from absl.testing import parameterized
 
-from jaxformer.math import blockwise, linear_attention, masks
+from jaxformer.math import attention, blockwise, linear_attention, masks
 from jaxformer.math.attention import IMPLEMENTATIONS, attend
 from jaxformer.math.dense import dense_attention
 
@@ -351,3 +351,27 @@ def test_errors_name_the_field(kwargs, field):
   if "impl" in kwargs and kwargs["impl"] == "flash":
     for name in IMPLEMENTATIONS:
       assert name in str(err.value)
+
+
+def test_cudnn_where_dtype_and_shape_allow_else_xla_with_the_reason(caplog):
+  """On a GPU dot_product asks for cuDNN's fused kernel; what it cannot take falls back to
+  XLA and says why. Off a GPU there is no cuDNN and nothing to report."""
+  bf16 = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
+  assert attention.cudnn_choice(bf16, True, backend="gpu") == ("cudnn", None)
+  assert attention.cudnn_choice(bf16, True, backend="cpu") == (None, None)
+  impl, why = attention.cudnn_choice(bf16.astype(jnp.float32), True, backend="gpu")
+  assert impl is None and "dtype float32" in why
+  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 256), jnp.bfloat16), True, backend="gpu")
+  assert impl is None and "head dim 256" in why
+  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 60), jnp.float16), True, backend="gpu")
+  assert impl is None and "head dim 60" in why
+  assert attention.cudnn_choice(bf16, False, backend="gpu")[1].startswith("a query offset")
+  # the fallback is logged (once per reason) when the kernel is traced
+  attention._log_fallback.cache_clear()
+  with caplog.at_level("WARNING"), pytest.MonkeyPatch.context() as mp:
+    mp.setattr(attention, "cudnn_choice", lambda q, own: (None, "dtype float32: test"))
+    q = jax.random.normal(jax.random.key(0), (1, 5, 3, 8))  # a shape no other test traces
+    out = attend(q, q, q, impl="dot_product")
+  assert "XLA instead of cuDNN (dtype float32: test)" in caplog.text
+  chex.assert_trees_all_close(out, attend(q, q, q, impl="dense"), atol=1e-6)
+
