@@ -375,3 +375,25 @@ def test_cudnn_where_dtype_and_shape_allow_else_xla_with_the_reason(caplog):
   assert "XLA instead of cuDNN (dtype float32: test)" in caplog.text
   chex.assert_trees_all_close(out, attend(q, q, q, impl="dense"), atol=1e-6)
 
+
+@pytest.mark.parametrize(
+  "kwargs", [dict(), dict(window=WINDOW), dict(causal=False), dict(q_offset=3, kv=True)]
+)
+def test_blockwise_unrolled_blocks_equal_the_loops(kwargs, monkeypatch):
+  """Few visible block pairs and a static offset: Python-unrolled blocks (no loop, the mask
+  only on cut blocks) give the loops' values and gradients."""
+  kwargs = dict(kwargs)
+  q, k, v, kv_mask, g = _inputs(7)
+  if kwargs.pop("kv", False):
+    kwargs["kv_mask_BM"] = kv_mask
+  fn = functools.partial(blockwise.blockwise_attention, block_size=BLOCK, **kwargs)
+
+  def traced(max_pairs):
+    monkeypatch.setattr(blockwise, "UNROLL_MAX_PAIRS", max_pairs)
+    grads = functools.partial(_grads, fn, g)
+    jaxpr = str(jax.make_jaxpr(grads)(q, k, v))
+    return jaxpr.count("while[") + jaxpr.count("scan["), jax.jit(grads)(q, k, v)
+
+  (unrolled_loops, unrolled), (loop_loops, loops) = traced(16), traced(0)
+  assert unrolled_loops == 0 and loop_loops > 0
+  chex.assert_trees_all_close(unrolled, loops, **TOL)
