@@ -8,6 +8,15 @@ jaxformer's measurements; GPT-2 weights (jaxformer.interop) use the tied form.
 at the number of tokens already seen, and every layer reads and extends its own cache.
 Token ids outside [0, vocab_size) are an error when the ids are concrete; under jit they
 embed as NaN (never as some other token's row), so a training step sees a non-finite loss.
+
+Parameter layout. Unrolled (the default) every layer owns a subtree `layers_0`, `layers_1`,
+...; with `scan_layers=True` the (identical) layers run as one `nn.scan` and their
+parameters, caches and sown intermediates are stacked in one subtree `layers` whose leaves
+have a leading axis of length num_layers (logical name `axes.LAYERS`). `stack_layers` and
+`unstack_layers` convert a params tree between the two layouts; GPT-2 import and
+`jaxformer.analysis` read the unrolled one. A scanned stack compiles one layer whatever the
+depth. `remat` (scanned only) recomputes each layer's activations in the backward pass:
+'none' saves them all, 'dots' saves the matmul outputs only, 'full' saves the layer inputs.
 """
 
 from collections.abc import Sequence
@@ -19,11 +28,17 @@ import numpy as np
 from jax import lax
 
 from jaxformer.math import layers as layers_math
-from jaxformer.math.contract import contract
+from jaxformer.math.contract import contract, transpose_narrower
 from jaxformer.nn import axes
 from jaxformer.nn.layers import LayerNorm, param
 
 POSITIONS = ("none", "learned", "sinusoidal")
+REMAT = {
+  "none": None,
+  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  "full": jax.checkpoint_policies.nothing_saveable,
+}
+SCANNED = "layers"  # the subtree of scanned layers
 
 
 class LanguageModel(nn.Module):
@@ -35,6 +50,8 @@ class LanguageModel(nn.Module):
   final_norm: bool = False
   tie_embeddings: bool = False
   dtype: str = "float32"
+  scan_layers: bool = False  # one nn.scan over identical layers (see the docstring)
+  remat: str = "none"  # scanned layers: none | dots | full (see REMAT)
 
   @nn.compact
   def __call__(self, tokens_BL, decode=False):
@@ -71,9 +88,12 @@ class LanguageModel(nn.Module):
       x_BLD = x_BLD + _rows(table_LD, start, length, decode).astype(self.dtype)
     x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     self.sow("intermediates", "embedded", x_BLD)
-    for layer in self.layers:
-      x_BLD = layer(x_BLD, decode=decode)
-      x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
+    if self.scan_layers:
+      x_BLD = self._scanned(x_BLD, decode)
+    else:
+      for layer in self.layers:
+        x_BLD = layer(x_BLD, decode=decode)
+        x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     if self.final_norm:
       x_BLD = LayerNorm(name="final_norm")(x_BLD)
     if self.tie_embeddings:
@@ -82,6 +102,30 @@ class LanguageModel(nn.Module):
       w_out_DV = param(self, "unembed", (self.d_model, self.vocab_size), (axes.EMBED, axes.VOCAB))
       logits_BLV = contract("BLD,DV->BLV", x_BLD, w_out_DV.astype(self.dtype))
     return logits_BLV.astype(jnp.float32)
+
+  def _scanned(self, x_BLD, decode):
+    """The layers as one scan of layers[0] (they are identical: jaxformer.ladder builds them)."""
+    if self.remat not in REMAT:
+      raise ValueError(f"remat={self.remat!r}: expected one of {', '.join(REMAT)}")
+
+    def body(layer, x_BLD, _):
+      # a layer's cotangents are loop carries here: weight gradients may transpose the
+      # smaller operand (jaxformer.math.contract)
+      with transpose_narrower():
+        x_BLD = layer(x_BLD, decode=decode)
+      return nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED)), None
+
+    if REMAT[self.remat] is not None:
+      body = nn.checkpoint(body, policy=REMAT[self.remat], prevent_cse=False)
+    scan = nn.scan(
+      body,
+      variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+      split_rngs={"params": True, "dropout": True},
+      length=len(self.layers),
+      metadata_params={nn.PARTITION_NAME: axes.LAYERS},
+    )
+    template = self.layers[0].clone(parent=self, name=SCANNED, _deep_clone=True, _reset_names=True)
+    return scan(template, x_BLD, None)[0]
 
   def _decode_start(self, length):
     """Position of the first token of this call; the layers keep their own caches."""
@@ -113,3 +157,29 @@ def _check_tokens(tokens_BL, vocab_size):
       bad = lo if lo < 0 else hi
       raise ValueError(f"tokens: id {bad} is outside [0, vocab_size={vocab_size})")
   return tokens_BL.shape[1]
+
+
+def stack_layers(params, num_layers):
+  """Unrolled params (`layers_0` .. `layers_{n-1}`) -> the scanned layout (`layers`), as
+  plain arrays (logical-name boxes are dropped: `nn.meta.unbox`)."""
+  params = nn.meta.unbox(params)
+  names = [f"layers_{i}" for i in range(num_layers)]
+  missing = [n for n in names if n not in params]
+  if missing or SCANNED in params:
+    raise ValueError(f"stack_layers: expected unrolled params with {names[0]}..{names[-1]}")
+  out = {k: v for k, v in params.items() if k not in names}
+  out[SCANNED] = jax.tree.map(lambda *xs: jnp.stack(xs), *(params[n] for n in names))
+  return out
+
+
+def unstack_layers(params):
+  """Scanned params (`layers`, leading axis = layer) -> the unrolled layout (`layers_i`), as
+  plain arrays."""
+  params = nn.meta.unbox(params)
+  if SCANNED not in params:
+    raise ValueError(f"unstack_layers: expected scanned params with a {SCANNED!r} subtree")
+  stacked = params[SCANNED]
+  out = {k: v for k, v in params.items() if k != SCANNED}
+  for i in range(jax.tree.leaves(stacked)[0].shape[0]):
+    out[f"layers_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+  return out
