@@ -1,7 +1,8 @@
 r"""Train a rung of the ladder: the one entry point, and the only file that defines flags.
 
   python -m experiments.main --config=experiments/configs/default.py:rung=transformer \
-    --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug]
+    --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug] \
+    [--profile [--profile_steps=5]]
 
 Rerunning the same command resumes from the workdir's latest good checkpoint. SIGTERM
 (preemption) finishes the current step, saves and exits 0. A usage error (bad or unknown
@@ -30,6 +31,13 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
+_PROFILE = flags.DEFINE_bool(
+  "profile",
+  False,
+  "Write a jax.profiler trace of --profile_steps train steps (after the first, compiling one) "
+  "to WORKDIR/profile (TensorBoard's profile plugin; *.trace.json.gz opens in ui.perfetto.dev).",
+)
+_PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 5, "Steps --profile traces.")
 
 USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError)
 
@@ -139,7 +147,9 @@ def main(argv):
     workdir = check_workdir(_WORKDIR.value)
     compile_cache.enable()
     initialize_distributed()
-    summary = loop.train(config, workdir)
+    if _PROFILE_STEPS.value <= 0:
+      raise ladder.ConfigError(f"--profile_steps={_PROFILE_STEPS.value}: must be positive")
+    summary = loop.train(config, workdir, _PROFILE_STEPS.value if _PROFILE.value else 0)
   except USAGE_ERRORS as e:
     _fail(str(e).strip().splitlines()[0], USAGE, debug)
   except loop.NonFiniteError as e:

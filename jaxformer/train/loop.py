@@ -32,14 +32,20 @@ from jaxformer.train import sharding
 from jaxformer.train.checkpoint import Checkpointer
 
 CHECKPOINT_DIR = "checkpoints"
+PROFILE_DIR = "profile"
 
 
 class NonFiniteError(RuntimeError):
   """Training produced a non-finite loss or gradient; the message names the step."""
 
 
-def train(config, workdir=None):
+def train(config, workdir=None, profile_steps=0):
   """Trains `config` (fields: jaxformer/train/config.py); returns a summary dict.
+
+  profile_steps > 0 (needs a workdir): a `jax.profiler` trace of that many steps, from the
+  step after the first (which compiles), in WORKDIR/profile: TensorBoard's profile plugin
+  reads it (`tensorboard --logdir WORKDIR/profile`), and the `*.trace.json.gz` beside it
+  opens in ui.perfetto.dev.
 
   Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
   final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,
@@ -48,6 +54,8 @@ def train(config, workdir=None):
   config that cannot run, NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
   program_lib.check_config(config)
+  if profile_steps and workdir is None:
+    raise ladder.ConfigError("profile: a trace needs a workdir to be written to")
   faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
@@ -148,13 +156,16 @@ def train(config, workdir=None):
       clock["end"] = (done_step, now)
       progress.update(done_step, m)
 
+    trace = _Trace(workdir, profile_steps, first_step + 1, progress)
     try:
       with _preemption_watch(enabled=workdir is not None) as preempted:
         while s < config.total_steps:
           local = faults.poison(next(loader), s + 1, config.model.vocab_size)
           batch = data.to_global(local, program.batch_sharding)
+          trace.before_step(s, state)
           state, device_metrics = program.train_step(state, batch)
           s += 1
+          trace.after_step(s, device_metrics)
           faults.kill("step", s)
           if pending is not None:
             record(*pending)
@@ -201,6 +212,7 @@ def train(config, workdir=None):
         _save(ckpt, s, state, loader, skipped)
         ckpt.wait()
     finally:
+      trace.stop()
       progress.close()
       writer.close()
       if ckpt is not None:
@@ -259,6 +271,32 @@ def _summary(
     "stop_reason": stop_reason,
     "params": state["params"],
   }
+
+
+class _Trace:
+  """A jax.profiler trace of `steps` train steps after step `after` (see `train`)."""
+
+  def __init__(self, workdir, steps, after, progress):
+    self.dir = os.path.join(workdir, PROFILE_DIR) if steps else None
+    self.steps, self.after, self.progress = steps, after, progress
+    self.active = False
+
+  def before_step(self, s, state):
+    if self.dir and not self.active and s == self.after:
+      jax.block_until_ready(state)  # the trace holds whole steps only, compilation none
+      jax.profiler.start_trace(self.dir, create_perfetto_trace=True)
+      self.active = True
+
+  def after_step(self, s, device_metrics):
+    if self.active and s == self.after + self.steps:
+      jax.block_until_ready(device_metrics)
+      self.stop()
+
+  def stop(self):
+    if self.active:
+      jax.profiler.stop_trace()
+      self.active = False
+      self.progress.message(f"profile: a trace of steps {self.after + 1}.. in {self.dir}")
 
 
 def _datasets(spec, data_dir):
