@@ -6,6 +6,7 @@
   python -m experiments.bench train --set attention=blockwise
   python -m experiments.bench all              # every suite at its default size
   python -m experiments.bench train --cpu-devices 2   # data parallel over 2 CPU devices
+  python -m experiments.bench train --compare torch   # beside PyTorch eager, same process
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
 A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
@@ -19,7 +20,7 @@ import json
 import os
 import sys
 
-from jaxformer import ladder
+from jaxformer import compile_cache, ladder
 from jaxformer.bench import BenchError, attention, decode, format_table, machine, train
 
 SUITES = {
@@ -109,11 +110,17 @@ def main(argv=None):
     help="CPU only: N devices sharing the cores instead of XLA's one; the train suite "
     "then runs data parallel over them",
   )
+  parser.add_argument(
+    "--compare",
+    choices=["torch"],
+    help="train suite: time a PyTorch eager model of the same shape in alternating windows",
+  )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
   parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
   args = parser.parse_args(argv)
   if args.cpu_devices:
     cpu_devices(args.cpu_devices)
+  compile_cache.enable()
   try:
     _run(args)
   except (BenchError, ladder.ConfigError) as e:
@@ -145,8 +152,11 @@ def _run(args):
   plans = {}  # every suite is checked before anything is measured
   for name in names:
     mine = dict(overrides)
-    if args.cpu_devices and "devices" in inspect.signature(SUITES[name].run).parameters:
+    params = inspect.signature(SUITES[name].run).parameters
+    if args.cpu_devices and "devices" in params:
       mine.setdefault("devices", args.cpu_devices)
+    if args.compare and "compare" in params:
+      mine.setdefault("compare", args.compare)
     plans[name] = resolve(name, size, mine)
   results = {}
   for name, (size, kwargs) in plans.items():

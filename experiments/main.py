@@ -1,7 +1,8 @@
 r"""Train a rung of the ladder: the one entry point, and the only file that defines flags.
 
   python -m experiments.main --config=experiments/configs/default.py:rung=transformer \
-    --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug]
+    --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug] \
+    [--profile [--profile_steps=5]]
 
 Rerunning the same command resumes from the workdir's latest good checkpoint. SIGTERM
 (preemption) finishes the current step, saves and exits 0. A usage error (bad or unknown
@@ -19,7 +20,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import cli
-from jaxformer import files, ladder
+from jaxformer import compile_cache, files, ladder
 from jaxformer.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -27,6 +28,13 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
+_PROFILE = flags.DEFINE_bool(
+  "profile",
+  False,
+  "Write a jax.profiler trace of --profile_steps train steps (after the first, compiling one) "
+  "to WORKDIR/profile (TensorBoard's profile plugin; *.trace.json.gz opens in ui.perfetto.dev).",
+)
+_PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 5, "Steps --profile traces.")
 
 
 def parse_flags(argv):
@@ -85,9 +93,12 @@ def main(argv):
     if config is None:
       raise ladder.ConfigError("--config is required (e.g. experiments/configs/default.py)")
     workdir = check_workdir(_WORKDIR.value)
+    compile_cache.enable()
     initialize_distributed()
+    if _PROFILE_STEPS.value <= 0:
+      raise ladder.ConfigError(f"--profile_steps={_PROFILE_STEPS.value}: must be positive")
     try:
-      summary = loop.train(config, workdir)
+      summary = loop.train(config, workdir, _PROFILE_STEPS.value if _PROFILE.value else 0)
     except loop.NonFiniteError as e:
       cli.fail(str(e), cli.FAILED, debug)
 

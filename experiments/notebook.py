@@ -13,7 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import harness
-from jaxformer import data
+from jaxformer import compile_cache, data
+
+compile_cache.enable()  # a notebook rerun reads its programs from disk (jaxformer/compile_cache.py)
 
 
 def train(

@@ -22,6 +22,7 @@ import time
 import traceback
 
 from experiments import protocol, report
+from jaxformer import compile_cache
 
 EXPERIMENTS = (
   "fixed_memory",
@@ -82,6 +83,7 @@ def main(argv=None, single=None):
   if unknown:
     print(f"error: --only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}")
     return 2
+  compile_cache.enable()
   results = []
   for i, name in enumerate(names, 1):
     print(f"[{i}/{len(names)}] {name} (size={args.size}) ...", flush=True)

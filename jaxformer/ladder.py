@@ -84,6 +84,8 @@ def default_config(name):
   c.use_bias = False  # biases on q, k, v, Wo and MLP
   c.final_norm = False  # layer norm before the output layer
   c.dtype = "float32"  # activation dtype: float32 | bfloat16 (params stay float32)
+  c.scan_layers = False  # one nn.scan over the layers: params stacked under 'layers' (lm.py)
+  c.remat = "none"  # scanned layers: none | dots | full (recompute activations backward)
   c.cell = "lstm"  # recurrent rungs: elman | gru | lstm
   c.interaction = "lowrank"  # source | additive | tanh | bilinear | lowrank
   c.weights = "heads"  # full (D^2 functions) | diagonal (D) | heads (sum_j a_j V_j)
@@ -149,6 +151,8 @@ def build(name, config=None):
     final_norm=c.final_norm,
     tie_embeddings=c.tie_embeddings,
     dtype=c.dtype,
+    scan_layers=c.scan_layers,
+    remat=c.remat,
   )
 
 
@@ -244,9 +248,15 @@ def validate(name, config):
     ("norm", block.NORMS),
     ("positions", lm.POSITIONS),
     ("dtype", DTYPES),
+    ("scan_layers", (False, True)),
+    ("remat", tuple(lm.REMAT)),
     ("attention", attention_impls()),
   ):
     _choice(c, field, allowed)
+  if c.scan_layers and name in RECURRENT_RUNGS:
+    raise ConfigError(f"model.scan_layers=True: rung {name!r} has no stack of identical blocks")
+  if c.remat != "none" and not c.scan_layers:
+    raise ConfigError(f"model.remat={c.remat!r}: needs model.scan_layers=True")
   if c.rank is None and c.d_model % c.num_heads:
     raise ConfigError(
       f"model.d_model={c.d_model} is not divisible by model.num_heads={c.num_heads}; "

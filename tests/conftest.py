@@ -5,4 +5,10 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: F401  (import after the flags on purpose)
+import jax  # noqa: F401,E402  (import after the flags on purpose)
+
+from jaxformer import compile_cache  # noqa: E402
+
+# JAX's persistent compilation cache (jaxformer/compile_cache.py): a second `make test` reads
+# most programs from disk instead of compiling them. JAXFORMER_COMPILATION_CACHE=off disables.
+compile_cache.enable()

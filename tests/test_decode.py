@@ -141,9 +141,11 @@ def test_generate_rejects_bad_arguments(kwargs, field):
 
 # A batch of prompts of different lengths, left-padded, against each prompt alone: every rung
 # family (attention with the generic form and with a kernel, a sliding-window ring, the
-# recurrent carry, attention over recurrent states) and both position tables.
+# recurrent carry, attention over recurrent states), both position tables, and the scanned
+# layer stack (every layer reads the same padding through the scan).
 RAGGED = [
   ("transformer", {}),
+  ("transformer", {"scan_layers": True}),
   ("transformer", {"attention": "blockwise", "positions": "sinusoidal"}),
   ("concat_wo", {"window": 3}),
   ("rnn", {}),

@@ -7,8 +7,9 @@ under the same mask (`masks.py`), `linear` replaces the softmax (section 9 of
 docs/reconstruction.md: why the Transformer is not inevitable):
 
   dense           the reference: the [L, M] scores materialized. O(L M) time and memory.
-  dot_product     `jax.nn.dot_product_attention(implementation=None)`: in jax 0.10 that is
-                  XLA's materialized softmax on every backend (cuDNN only when asked for).
+  dot_product     `jax.nn.dot_product_attention`: on a GPU its cuDNN fused kernel
+                  (implementation='cudnn') where the dtype and shape allow, else XLA's
+                  materialized softmax, with the reason logged once (`cudnn_choice`).
   blockwise       exact, online softmax over key blocks, recomputing backward: O(L) memory.
   sliding_window  exact within the last `window` keys, linear in L (needs `window`).
   block_sparse    exact within a fixed block pattern (see `masks.block_pattern`).
@@ -22,9 +23,12 @@ at absolute position `q_offset + l` (KV-cache decoding); `kv_mask_BM` marks vali
 query that can read no key returns zeros.
 """
 
+import functools
+import logging
 import math
 
 import jax
+import jax.numpy as jnp
 
 from jaxformer.math import blockwise, linear_attention, local_attention, masks, shapes
 from jaxformer.math.dense import dense_attention
@@ -41,32 +45,70 @@ IMPLEMENTATIONS = (
 _NO_WINDOW = ("block_sparse", "linear", "linear_recurrent")
 
 
+CUDNN_DTYPES = ("bfloat16", "float16")
+CUDNN_MAX_HEAD_DIM = 128  # and a multiple of 8 (cuDNN's fused attention)
+
+
+def cudnn_choice(q_BLHK, own_flags, backend=None):
+  """(implementation for jax.nn.dot_product_attention, why not cuDNN): ('cudnn', None) on a
+  GPU when the dtype and head dim allow and the causal / window flags express the mask,
+  else (None, the reason; None on a CPU or TPU, where cuDNN does not exist)."""
+  if (backend or jax.default_backend()) != "gpu":
+    return None, None
+  K = q_BLHK.shape[-1]
+  if jnp.dtype(q_BLHK.dtype).name not in CUDNN_DTYPES:
+    return None, f"dtype {jnp.dtype(q_BLHK.dtype).name}: cuDNN takes {' or '.join(CUDNN_DTYPES)}"
+  if K > CUDNN_MAX_HEAD_DIM or K % 8:
+    return None, f"head dim {K}: cuDNN takes a multiple of 8 up to {CUDNN_MAX_HEAD_DIM}"
+  if not own_flags:
+    return None, "a query offset, L != M or a kv mask needs an explicit mask"
+  return "cudnn", None
+
+
+@functools.cache
+def _log_fallback(reason):
+  logging.getLogger(__name__).warning("attention: XLA instead of cuDNN (%s)", reason)
+
+
 def dot_product(
   q_BLHK, k_BMHK, v_BMHK, *, causal, temperature, window, q_offset, kv_mask_BM, implementation
 ):
   """`jax.nn.dot_product_attention`, with its own causal/window flags when they suffice.
 
   Its flags assume query l sits at position l; with an offset, L != M or a kv mask we pass
-  an explicit boolean mask instead (which cuDNN may not accept for every shape).
+  an explicit boolean mask instead. implementation='auto': cuDNN where `cudnn_choice`
+  allows, XLA otherwise (the reason logged once).
   """
   B, L, H, K = q_BLHK.shape
   M = k_BMHK.shape[1]
   scale = 1.0 / (math.sqrt(K) if temperature is None else temperature)
   k_BMHK, v_BMHK = k_BMHK.astype(q_BLHK.dtype), v_BMHK.astype(q_BLHK.dtype)
   own_flags = isinstance(q_offset, int) and q_offset == 0 and L == M and kv_mask_BM is None
+  auto = implementation == "auto"
+  if auto:
+    implementation, reason = cudnn_choice(q_BLHK, own_flags)
+    if reason is not None:
+      _log_fallback(reason)
   if own_flags:
     local = None
     if window is not None:
       local = (window - 1, 0 if causal else window - 1)
-    return jax.nn.dot_product_attention(
+    call = functools.partial(
+      jax.nn.dot_product_attention,
       q_BLHK,
       k_BMHK,
       v_BMHK,
       scale=scale,
       is_causal=causal,
       local_window_size=local,
-      implementation=implementation,
     )
+    if auto and implementation == "cudnn":
+      try:  # the cuDNN build or this GPU may still refuse the configuration
+        return call(implementation="cudnn")
+      except (ValueError, NotImplementedError, RuntimeError) as e:
+        _log_fallback(f"cuDNN refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        implementation = None
+    return call(implementation=implementation)
   mask_BLM = masks.attention_mask(
     L, M, causal=causal, window=window, q_offset=q_offset, kv_mask_BM=kv_mask_BM
   )
@@ -153,7 +195,7 @@ def _attend(
       v_BMHK,
       temperature=temperature,
       window=window,
-      implementation=None,
+      implementation="auto",
       **kw,
     )
   if impl == "blockwise":

@@ -9,18 +9,40 @@ block's LayerNorm backward, and XLA fuses that whole chain into each transpose, 
 it: O(layers^2) elementwise work, 24% of the step. With x first, the transpose falls on the
 activation, which is in memory already; the step's copies/transposes fell from 24% to 4%.
 
+Inside a scanned layer stack (`transpose_narrower()`, entered by jaxformer.nn.lm) the
+cotangent g is a loop-carried buffer, materialized once per layer, so the chain above cannot
+form; there the weight gradient transposes whichever of x and g is smaller instead
+((g^T x)^T): for W2 of the MLP that is g [N, D] rather than the GELU output [N, F], whose
+transposed copy (recomputing GELU, with a 6 KiB stride that thrashes the cache) cost more
+than any other copy of the step (measured in BENCHMARKS.md).
+
 Same values as jnp.einsum (forward identical; gradients equal up to summation order).
 Reverse mode only: `jax.custom_vjp` functions do not support jvp / jacfwd.
 spec: 'x,w->out' in the dimension key, every letter of w in x or out, every letter of x in
 w or out (plain contractions and batch dims; no '...', no letter repeated in one operand).
 """
 
+import contextlib
+import contextvars
 import functools
 
 import jax
 import jax.numpy as jnp
 
 from jaxformer.math import shapes
+
+_NARROWER = contextvars.ContextVar("transpose_narrower", default=False)
+
+
+@contextlib.contextmanager
+def transpose_narrower():
+  """Within: contract's weight gradients transpose the smaller of x and g (see above).
+  Decided when the forward pass is traced, so enter it around the forward computation."""
+  token = _NARROWER.set(True)
+  try:
+    yield
+  finally:
+    _NARROWER.reset(token)
 
 
 def parse(spec):
@@ -47,24 +69,41 @@ def contract(spec, x, w):
   sizes = {}
   shapes.check_array(f"contract {spec!r}", "x", x, xs, sizes)
   shapes.check_array(f"contract {spec!r}", "w", w, ws, sizes)
-  return _contract(spec, x, w)
+  return _contract(spec, _NARROWER.get(), x, w)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _contract(spec, x, w):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _contract(spec, narrower, x, w):
   return jnp.einsum(spec, x, w)
 
 
-def _forward(spec, x, w):
+def _forward(spec, narrower, x, w):
   return jnp.einsum(spec, x, w), (x, w)
 
 
-def _backward(spec, residuals, g):
+def _backward(spec, narrower, residuals, g):
   x, w = residuals
   xs, ws, out = parse(spec)
-  dw = jnp.einsum(f"{xs},{out}->{ws}", x, g.astype(x.dtype))  # activation first: see above
+  if narrower and g.size < x.size:
+    dw = _dot(out, g.astype(x.dtype), xs, x, ws)  # g^T x: g is the smaller transpose
+  else:
+    dw = jnp.einsum(f"{xs},{out}->{ws}", x, g.astype(x.dtype))  # activation first: see above
   dx = jnp.einsum(f"{out},{ws}->{xs}", g, w.astype(g.dtype))
   return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+def _dot(a_spec, a, b_spec, b, out_spec):
+  """einsum(a_spec,b_spec->out_spec) as one dot_general with `a` as its left operand (jnp.einsum
+  picks the operand order itself), then a transpose of the (small) result into out_spec."""
+  batch = [c for c in a_spec if c in b_spec and c in out_spec]
+  summed = [c for c in a_spec if c in b_spec and c not in out_spec]
+  dims = (
+    ([a_spec.index(c) for c in summed], [b_spec.index(c) for c in summed]),
+    ([a_spec.index(c) for c in batch], [b_spec.index(c) for c in batch]),
+  )
+  y = jax.lax.dot_general(a, b, dims)
+  y_spec = batch + [c for c in a_spec if c not in b_spec] + [c for c in b_spec if c not in a_spec]
+  return jnp.transpose(y, [y_spec.index(c) for c in out_spec])
 
 
 _contract.defvjp(_forward, _backward)

@@ -27,6 +27,8 @@ VOCAB = "vocab"
 # A second model-width axis, for d x d kernels (values V_j, bilinear A_j, full-dynamic
 # entries) so that both dimensions of one kernel never map to the same mesh axis.
 EMBED_OUT = "embed_out"
+# The leading axis of scanned layers' stacked parameters (LanguageModel(scan_layers=True)).
+LAYERS = "layers"
 
 # Per-head activations (queries, keys, values, head outputs) [B, L or M, H, K]: heads split
 # over tensor as their kernels are.
@@ -45,4 +47,5 @@ RULES = (
   (KV, None),
   (MLP, "tensor"),
   (VOCAB, "tensor"),
+  (LAYERS, None),
 )

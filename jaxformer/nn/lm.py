@@ -12,6 +12,15 @@ Token ids outside [0, vocab_size) are an error when the ids are concrete; under 
 embed as NaN (never as some other token's row), so a training step sees a non-finite loss.
 Every layer must return x_BLD's shape [B, L, d_model]: checked with chex from static
 shapes (jaxformer.math.shapes), naming the layer, as are the embedding and the logits.
+
+Parameter layout. Unrolled (the default) every layer owns a subtree `layers_0`, `layers_1`,
+...; with `scan_layers=True` the (identical) layers run as one `nn.scan` and their
+parameters, caches and sown intermediates are stacked in one subtree `layers` whose leaves
+have a leading axis of length num_layers (logical name `axes.LAYERS`). `stack_layers` and
+`unstack_layers` convert a params tree between the two layouts; GPT-2 import and
+`jaxformer.analysis` read the unrolled one. A scanned stack compiles one layer whatever the
+depth. `remat` (scanned only) recomputes each layer's activations in the backward pass:
+'none' saves them all, 'dots' saves the matmul outputs only, 'full' saves the layer inputs.
 """
 
 from collections.abc import Sequence
@@ -24,11 +33,17 @@ from jax import lax
 
 from jaxformer.math import layers as layers_math
 from jaxformer.math import shapes
-from jaxformer.math.contract import contract
+from jaxformer.math.contract import contract, transpose_narrower
 from jaxformer.nn import axes
 from jaxformer.nn.layers import LayerNorm, param
 
 POSITIONS = ("none", "learned", "sinusoidal")
+REMAT = {
+  "none": None,
+  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  "full": jax.checkpoint_policies.nothing_saveable,
+}
+SCANNED = "layers"  # the subtree of scanned layers
 
 
 class LanguageModel(nn.Module):
@@ -40,6 +55,8 @@ class LanguageModel(nn.Module):
   final_norm: bool = False
   tie_embeddings: bool = False
   dtype: str = "float32"
+  scan_layers: bool = False  # one nn.scan over identical layers (see the docstring)
+  remat: str = "none"  # scanned layers: none | dots | full (see REMAT)
 
   @nn.compact
   def __call__(self, tokens_BL, decode=False, pad_B=None):
@@ -80,10 +97,14 @@ class LanguageModel(nn.Module):
     sizes = {"B": tokens_BL.shape[0], "L": length, "D": self.d_model, "V": self.vocab_size}
     shapes.check("LanguageModel", sizes, embedded_BLD=x_BLD)
     self.sow("intermediates", "embedded", x_BLD)
-    for i, layer in enumerate(self.layers):
-      x_BLD = layer(x_BLD, decode=decode, pad_B=pad_B)
-      shapes.check("LanguageModel", sizes, **{f"layers_{i} output x_BLD": x_BLD})
-      x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
+    if self.scan_layers:
+      x_BLD = self._scanned(x_BLD, decode, pad_B)
+      shapes.check("LanguageModel", sizes, **{"scanned layers output x_BLD": x_BLD})
+    else:
+      for i, layer in enumerate(self.layers):
+        x_BLD = layer(x_BLD, decode=decode, pad_B=pad_B)
+        shapes.check("LanguageModel", sizes, **{f"layers_{i} output x_BLD": x_BLD})
+        x_BLD = nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED))
     if self.final_norm:
       x_BLD = LayerNorm(name="final_norm")(x_BLD)
     if self.tie_embeddings:
@@ -94,6 +115,31 @@ class LanguageModel(nn.Module):
     logits_BLV = nn.with_logical_constraint(logits_BLV, (axes.BATCH, axes.LENGTH, axes.VOCAB))
     shapes.check("LanguageModel", sizes, logits_BLV=logits_BLV)
     return logits_BLV.astype(jnp.float32)
+
+  def _scanned(self, x_BLD, decode, pad_B):
+    """The layers as one scan of layers[0] (they are identical: jaxformer.ladder builds them)."""
+    if self.remat not in REMAT:
+      raise ValueError(f"remat={self.remat!r}: expected one of {', '.join(REMAT)}")
+
+    def body(layer, x_BLD, pad_B):
+      # a layer's cotangents are loop carries here: weight gradients may transpose the
+      # smaller operand (jaxformer.math.contract)
+      with transpose_narrower():
+        x_BLD = layer(x_BLD, decode=decode, pad_B=pad_B)
+      return nn.with_logical_constraint(x_BLD, (axes.BATCH, axes.LENGTH, axes.EMBED)), None
+
+    if REMAT[self.remat] is not None:
+      body = nn.checkpoint(body, policy=REMAT[self.remat], prevent_cse=False)
+    scan = nn.scan(
+      body,
+      variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+      split_rngs={"params": True, "dropout": True},
+      in_axes=nn.broadcast,  # every layer reads the same left padding
+      length=len(self.layers),
+      metadata_params={nn.PARTITION_NAME: axes.LAYERS},
+    )
+    template = self.layers[0].clone(parent=self, name=SCANNED, _deep_clone=True, _reset_names=True)
+    return scan(template, x_BLD, pad_B)[0]
 
   def _decode_start(self, length):
     """Position of the first token of this call; the layers keep their own caches."""
@@ -129,3 +175,29 @@ def _check_tokens(tokens_BL, vocab_size):
       bad = lo if lo < 0 else hi
       raise ValueError(f"tokens: id {bad} is outside [0, vocab_size={vocab_size})")
   return tokens_BL.shape[1]
+
+
+def stack_layers(params, num_layers):
+  """Unrolled params (`layers_0` .. `layers_{n-1}`) -> the scanned layout (`layers`), as
+  plain arrays (logical-name boxes are dropped: `nn.meta.unbox`)."""
+  params = nn.meta.unbox(params)
+  names = [f"layers_{i}" for i in range(num_layers)]
+  missing = [n for n in names if n not in params]
+  if missing or SCANNED in params:
+    raise ValueError(f"stack_layers: expected unrolled params with {names[0]}..{names[-1]}")
+  out = {k: v for k, v in params.items() if k not in names}
+  out[SCANNED] = jax.tree.map(lambda *xs: jnp.stack(xs), *(params[n] for n in names))
+  return out
+
+
+def unstack_layers(params):
+  """Scanned params (`layers`, leading axis = layer) -> the unrolled layout (`layers_i`), as
+  plain arrays."""
+  params = nn.meta.unbox(params)
+  if SCANNED not in params:
+    raise ValueError(f"unstack_layers: expected scanned params with a {SCANNED!r} subtree")
+  stacked = params[SCANNED]
+  out = {k: v for k, v in params.items() if k != SCANNED}
+  for i in range(jax.tree.leaves(stacked)[0].shape[0]):
+    out[f"layers_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+  return out

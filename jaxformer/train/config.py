@@ -40,10 +40,15 @@ def sized_by_task(model):
 
 
 def accel_model(rung):
-  """The rung's model at accelerator size: wider and deeper, heads of 64."""
+  """The rung's model at accelerator size: wider and deeper, heads of 64, bfloat16 compute
+  (parameters and optimizer state stay float32), and for the concat-head rungs attention
+  through jax.nn.dot_product_attention (cuDNN on a GPU, jaxformer.math.attention)."""
   model = ladder.default_config(rung)
   with model.unlocked():
     model.d_model, model.num_layers, model.num_heads, model.d_ff = 256, 4, 4, 1024
+    model.dtype = "bfloat16"
+    if ladder.RUNGS.index(rung) >= ladder.RUNGS.index("concat_wo"):
+      model.attention = "dot_product"
     if rung == "full_dynamic":  # D^2 scalar functions: keep D small
       model.d_model, model.num_heads = 32, 1
     if rung == "diagonal_dynamic":

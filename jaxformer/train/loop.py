@@ -21,6 +21,7 @@ import time
 
 import jax
 import numpy as np
+from etils import epath
 from jax.experimental import multihost_utils
 
 from jaxformer import data, ladder
@@ -31,13 +32,20 @@ from jaxformer.train import sharding
 from jaxformer.train import workdir as workdir_lib
 from jaxformer.train.checkpoint import Checkpointer
 
+PROFILE_DIR = "profile"
+
 
 class NonFiniteError(RuntimeError):
   """Training produced a non-finite loss or gradient; the message names the step."""
 
 
-def train(config, workdir=None):
+def train(config, workdir=None, profile_steps=0):
   """Trains `config` (fields: jaxformer/train/config.py); returns a summary dict.
+
+  profile_steps > 0 (needs a workdir): a `jax.profiler` trace of that many steps, from the
+  step after the first (which compiles), in WORKDIR/profile: TensorBoard's profile plugin
+  reads it (`tensorboard --logdir WORKDIR/profile`), and the `*.trace.json.gz` beside it
+  opens in ui.perfetto.dev.
 
   Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
   final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,
@@ -48,6 +56,8 @@ def train(config, workdir=None):
   NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
   program_lib.check_config(config)
+  if profile_steps and workdir is None:
+    raise ladder.ConfigError("profile: a trace needs a workdir to be written to")
   faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
@@ -71,7 +81,7 @@ def train(config, workdir=None):
 
   # Outside the mesh context: a measured peak is a single-device matmul, which jit refuses to
   # place on one device while a multi-device mesh is the context.
-  peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device)
+  peak = metrics_lib.system_peak(mesh, config.peak_flops_per_device, config.model.dtype)
 
   with sharding.active(mesh):
     # --- model ------------------------------------------------------------------------------
@@ -151,6 +161,7 @@ def train(config, workdir=None):
       clock["end"] = (done_step, now)
       progress.update(done_step, m)
 
+    trace = _Trace(workdir, profile_steps, first_step + 1, progress)
     try:
       with _preemption_watch(enabled=workdir is not None) as preempted:
         while s < config.total_steps:
@@ -158,8 +169,10 @@ def train(config, workdir=None):
           batch = data.to_global(local, program.batch_sharding, config.batch_size)
           if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
             data.check_replicas(batch)
+          trace.before_step(s, state)
           state, device_metrics = program.train_step(state, batch)
           s += 1
+          trace.after_step(s, device_metrics)
           faults.kill("step", s)
           if pending is not None:
             record(*pending)
@@ -206,6 +219,7 @@ def train(config, workdir=None):
         _save(ckpt, s, state, loader, skipped)
         ckpt.wait()
     finally:
+      trace.stop()
       progress.close()
       writer.close()
       if ckpt is not None:
@@ -296,6 +310,32 @@ def evaluate_workdir(workdir, *, batch_size=None, eval_batches=None, data_dir=No
     program = program_lib.build(config, mesh, (config.batch_size, test_ds.seq_len))
     step, params = workdir_lib.restore_params(workdir, config, program.abstract_state["params"])
     return {"step": step, **_evaluate(program, params, test_ds, config)}
+
+
+class _Trace:
+  """A jax.profiler trace of `steps` train steps after step `after` (see `train`)."""
+
+  def __init__(self, workdir, steps, after, progress):
+    self.dir = str(epath.Path(workdir) / PROFILE_DIR) if steps else None
+    self.steps, self.after, self.progress = steps, after, progress
+    self.active = False
+
+  def before_step(self, s, state):
+    if self.dir and not self.active and s == self.after:
+      jax.block_until_ready(state)  # the trace holds whole steps only, compilation none
+      jax.profiler.start_trace(self.dir, create_perfetto_trace=True)
+      self.active = True
+
+  def after_step(self, s, device_metrics):
+    if self.active and s == self.after + self.steps:
+      jax.block_until_ready(device_metrics)
+      self.stop()
+
+  def stop(self):
+    if self.active:
+      jax.profiler.stop_trace()
+      self.active = False
+      self.progress.message(f"profile: a trace of steps {self.after + 1}.. in {self.dir}")
 
 
 def _datasets(spec, data_dir):

@@ -6,12 +6,20 @@ records past the restored step (logged after the last checkpoint by the run that
 are dropped on resume so every step appears once.
 
 Model FLOPs per token (forward + backward = 3 x forward, PaLM appendix B):
-  6 N  +  6 L (score_width + mix_width) per mixer layer
+  6 N  +  6 L (score_width + mix_width) per mixer layer, halved when the mask is causal
 N counts the parameters used in matmuls (not the embedding gather or the position table);
-a score of q . k over L sources costs 2 L H K forward, mixing values 2 L H K again, so the
-transformer rung gives the familiar 6 N + 12 layers L D (with H K = D). The 'full' and
-'diagonal' dynamic weights mix through D x D and D entries per source instead.
-MFU = FLOPs/token x tokens/s / peak, the peak from the config or `measure_matmul_peak`.
+a score of q . k over L sources costs 2 L H K forward, mixing values 2 L H K again, so a
+non-causal transformer gives the familiar 6 N + 12 layers L D (with H K = D). A causal
+query reads on average half the sequence, so causal attention counts half (as MaxText
+does): 6 N + 6 layers L D. The 'full' and 'diagonal' dynamic weights mix through D x D and
+D entries per source instead.
+
+MFU convention (one for the loop and the benchmarks): MFU = FLOPs/token x tokens/s / peak.
+  CPU            peak = the measured float32 matmul peak (`measure_matmul_peak`);
+  GPU / TPU      peak = the vendor's dense peak for the compute dtype (`VENDOR_PEAKS`, e.g.
+                 H200 989 TFLOP/s bf16); the measured matmul peak is reported beside it.
+An accelerator missing from the table falls back to the measured peak and says so
+(`peak_source`); `peak_flops_per_device` in the config overrides both.
 """
 
 import functools
@@ -33,6 +41,20 @@ from jaxformer import files, ladder
 
 METRICS_FILE = "metrics.jsonl"
 GATHERED_PARAMS = ("embed", "pos_embed")  # used by index, not by matmul
+
+# Dense (no sparsity) peak FLOP/s per device from the vendors' data sheets, by compute dtype,
+# keyed by a substring of jax's `device_kind`. float32 on NVIDIA is the TF32 tensor-core peak
+# (JAX computes float32 matmuls in TF32 there by default) and on TPU the bfloat16 peak (one
+# bfloat16 pass by default). SXM parts; a PCIe H100 is slower than this row.
+VENDOR_PEAKS = {
+  "H200": {"bfloat16": 989.4e12, "float32": 494.7e12},
+  "H100 80GB HBM3": {"bfloat16": 989.4e12, "float32": 494.7e12},
+  "A100-SXM4": {"bfloat16": 312e12, "float32": 156e12},
+  "TPU v4": {"bfloat16": 275e12, "float32": 275e12},
+  "TPU v5 lite": {"bfloat16": 197e12, "float32": 197e12},
+  "TPU v5p": {"bfloat16": 459e12, "float32": 459e12},
+  "TPU v6 lite": {"bfloat16": 918e12, "float32": 918e12},
+}
 
 
 def matmul_param_count(params, tie_embeddings=False):
@@ -59,6 +81,8 @@ def flops_per_token(rung, model_config, seq_len, matmul_params):
   if rung in ladder.RECURRENT_RUNGS:  # the read over states uses the attention defaults
     mix_width = heads_width
   per_layer = 6 * seq_len * (heads_width + mix_width)
+  if c.mask == "causal":
+    per_layer //= 2  # a causal query reads half the sequence on average (MaxText's count)
   return 6 * matmul_params + mixer_layers * per_layer
 
 
@@ -100,11 +124,34 @@ def measure_matmul_peak(size=None, dtype=None, repeats=5):
   return matmul_flops(mesh, size, dtype, repeats)
 
 
-def system_peak(mesh, peak_flops_per_device=None):
-  """Peak FLOP/s of the whole mesh. Simulated CPU devices share one CPU: count it once."""
-  platform = mesh.devices.flat[0].platform
-  per_device = peak_flops_per_device or measure_matmul_peak()
-  return per_device * (1 if platform == "cpu" else mesh.size)
+def vendor_peak(device, dtype):
+  """The data-sheet dense peak FLOP/s of `device` for compute `dtype`; None on a CPU or a
+  device missing from VENDOR_PEAKS."""
+  if device.platform == "cpu":
+    return None
+  for kind, peaks in VENDOR_PEAKS.items():
+    if kind in device.device_kind:
+      return peaks.get(jnp.dtype(dtype).name)
+  return None
+
+
+def device_peak(device, dtype, configured=None):
+  """(peak FLOP/s of one device, where it came from) by the convention in the docstring:
+  'config', 'vendor' (accelerators) or 'measured' (CPUs, unknown accelerators)."""
+  if configured:
+    return configured, "config"
+  vendor = vendor_peak(device, dtype)
+  if vendor is not None:
+    return vendor, "vendor"
+  return measure_matmul_peak(), "measured"
+
+
+def system_peak(mesh, peak_flops_per_device=None, dtype="float32"):
+  """Peak FLOP/s of the whole mesh (`device_peak` per device). Simulated CPU devices share
+  one CPU: count it once."""
+  device = mesh.devices.flat[0]
+  per_device, _ = device_peak(device, dtype, peak_flops_per_device)
+  return per_device * (1 if device.platform == "cpu" else mesh.size)
 
 
 class Writer:

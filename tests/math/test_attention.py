@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from absl.testing import parameterized
 
-from jaxformer.math import blockwise, linear_attention, masks
+from jaxformer.math import attention, blockwise, linear_attention, masks
 from jaxformer.math.attention import IMPLEMENTATIONS, attend
 from jaxformer.math.dense import dense_attention
 
@@ -350,3 +350,49 @@ def test_errors_name_the_field(kwargs, field):
   if "impl" in kwargs and kwargs["impl"] == "flash":
     for name in IMPLEMENTATIONS:
       assert name in str(err.value)
+
+
+def test_cudnn_where_dtype_and_shape_allow_else_xla_with_the_reason(caplog):
+  """On a GPU dot_product asks for cuDNN's fused kernel; what it cannot take falls back to
+  XLA and says why. Off a GPU there is no cuDNN and nothing to report."""
+  bf16 = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
+  assert attention.cudnn_choice(bf16, True, backend="gpu") == ("cudnn", None)
+  assert attention.cudnn_choice(bf16, True, backend="cpu") == (None, None)
+  impl, why = attention.cudnn_choice(bf16.astype(jnp.float32), True, backend="gpu")
+  assert impl is None and "dtype float32" in why
+  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 256), jnp.bfloat16), True, backend="gpu")
+  assert impl is None and "head dim 256" in why
+  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 60), jnp.float16), True, backend="gpu")
+  assert impl is None and "head dim 60" in why
+  assert attention.cudnn_choice(bf16, False, backend="gpu")[1].startswith("a query offset")
+  # the fallback is logged (once per reason) when the kernel is traced
+  attention._log_fallback.cache_clear()
+  with caplog.at_level("WARNING"), pytest.MonkeyPatch.context() as mp:
+    mp.setattr(attention, "cudnn_choice", lambda q, own: (None, "dtype float32: test"))
+    q = jax.random.normal(jax.random.key(0), (1, 5, 3, 8))  # a shape no other test traces
+    out = attend(q, q, q, impl="dot_product")
+  assert "XLA instead of cuDNN (dtype float32: test)" in caplog.text
+  chex.assert_trees_all_close(out, attend(q, q, q, impl="dense"), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+  "kwargs", [dict(), dict(window=WINDOW), dict(causal=False), dict(q_offset=3, kv=True)]
+)
+def test_blockwise_unrolled_blocks_equal_the_loops(kwargs, monkeypatch):
+  """Few visible block pairs and a static offset: Python-unrolled blocks (no loop, the mask
+  only on cut blocks) give the loops' values and gradients."""
+  kwargs = dict(kwargs)
+  q, k, v, kv_mask, g = _inputs(7)
+  if kwargs.pop("kv", False):
+    kwargs["kv_mask_BM"] = kv_mask
+  fn = functools.partial(blockwise.blockwise_attention, block_size=BLOCK, **kwargs)
+
+  def traced(max_pairs):
+    monkeypatch.setattr(blockwise, "UNROLL_MAX_PAIRS", max_pairs)
+    grads = functools.partial(_grads, fn, g)
+    jaxpr = str(jax.make_jaxpr(grads)(q, k, v))
+    return jaxpr.count("while[") + jaxpr.count("scan["), jax.jit(grads)(q, k, v)
+
+  (unrolled_loops, unrolled), (loop_loops, loops) = traced(16), traced(0)
+  assert unrolled_loops == 0 and loop_loops > 0
+  chex.assert_trees_all_close(unrolled, loops, **TOL)

@@ -26,7 +26,7 @@ class _Narrowing(nn.Module):
   """A layer that drops a coordinate: the language model must name it."""
 
   @nn.compact
-  def __call__(self, x_BLD, decode=False):
+  def __call__(self, x_BLD, decode=False, pad_B=None):
     return x_BLD[..., :-1]
 
 

@@ -101,3 +101,25 @@ def test_text_preset_docstring_gives_the_commands_and_a_measured_result():
   assert "python -m experiments.main --config=experiments/configs/text.py:path=" in doc
   assert "python -m experiments.sample --workdir=" in doc
   assert "Expected (seed 0" in doc and "eval_loss=" in doc
+
+
+def test_accel_size_computes_in_bfloat16_with_float32_params():
+  """size=accel: bfloat16 activations and matmuls, float32 parameters (what the optimizer
+  updates), attention through jax.nn.dot_product_attention for the concat-head rungs."""
+  import jax
+  import jax.numpy as jnp
+
+  config = default.get_config("rung=transformer,size=accel")
+  assert config.model.dtype == "bfloat16" and config.model.attention == "dot_product"
+  assert default.get_config("rung=softmax,size=accel").model.attention == "generic"
+  model_config = config.model
+  with model_config.unlocked():  # the same model, small enough for a test
+    model_config.vocab_size, model_config.max_len, model_config.d_model = 32, 16, 32
+    model_config.num_heads, model_config.d_ff, model_config.num_layers = 2, 64, 1
+  model = ladder.build("transformer", model_config)
+  tokens = jnp.zeros((2, 16), jnp.int32)
+  params = model.init(jax.random.key(0), tokens)["params"]
+  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+  _, state = model.apply({"params": params}, tokens, mutable="intermediates")
+  intermediates = state["intermediates"]
+  assert intermediates["layers_0"]["resid_post"][0].dtype == jnp.bfloat16

@@ -15,9 +15,11 @@ def data_dir(tmp_path_factory):
   return tmp_path_factory.mktemp("data")
 
 
-def test_main_trains_two_steps_and_writes_metrics_and_a_checkpoint(data_dir, tmp_path):
+def test_main_trains_two_steps_and_writes_metrics_a_checkpoint_and_a_trace(data_dir, tmp_path):
   workdir = tmp_path / "run"
-  result = run(main_command(workdir, "--config.total_steps=2"), data_dir)
+  result = run(
+    main_command(workdir, "--config.total_steps=2", "--profile", "--profile_steps=1"), data_dir
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   assert "completed at step 2, eval_loss=" in result.stdout
   records = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
@@ -30,6 +32,11 @@ def test_main_trains_two_steps_and_writes_metrics_and_a_checkpoint(data_dir, tmp
   assert evals == [{"step": 2, **{k: evals[0][k] for k in ("eval_loss", "eval_accuracy")}}]
   assert os.listdir(workdir / "checkpoints") == ["2"]
   assert os.listdir(workdir / "tensorboard")[0].startswith("events.out.tfevents")
+  # --profile: a trace of step 2 (step 1 compiles) for TensorBoard and for Perfetto
+  traced = [f for _, _, names in os.walk(workdir / "profile") for f in names]
+  assert any(f.endswith(".xplane.pb") for f in traced), traced
+  assert any(f.endswith(".trace.json.gz") for f in traced), traced
+  assert "profile: a trace of steps 2.." in result.stdout
 
 
 def _one_error_line(result):
@@ -46,6 +53,7 @@ def _one_error_line(result):
     (["--config.nope=1"], "--config.nope: unknown config field 'nope'"),
     (["--config.total_steps=many"], "--config.total_steps=many"),
     (["--config.mesh_shape=(3,1,1)"], "mesh_shape=(3, 1, 1) has 3 devices but 1 are available"),
+    (["--profile", "--profile_steps=0"], "--profile_steps=0: must be positive"),
   ],
 )
 def test_usage_errors_print_one_line_and_exit_2(data_dir, tmp_path, args, expected):

@@ -24,12 +24,16 @@ def _params(rung, **fields):
   return config, params  # boxed (nn.Partitioned) leaves: the count must see through them
 
 
-def test_transformer_flops_are_6n_plus_12_layers_l_d():
+def test_transformer_flops_are_6n_plus_12_layers_l_d_causal_halved():
   config, params = _params("transformer")
   n = metrics.matmul_param_count(params)
   total = sum(x.size for x in jax.tree.leaves(params))  # the boxes' values
   assert n == total - 64 * 64 - 64 * 64  # minus the token table and the position table
   L, D = 32, config.d_model
+  # causal (the default mask): a query reads half the sequence on average (MaxText's count)
+  assert metrics.flops_per_token("transformer", config, L, n) == 6 * n + 6 * 2 * L * D
+  with config.unlocked():
+    config.mask = "self"  # not causal: every score is counted
   assert metrics.flops_per_token("transformer", config, L, n) == 6 * n + 12 * 2 * L * D
 
 
@@ -46,8 +50,24 @@ def test_rnn_has_no_attention_term_and_full_dynamic_mixes_d_squared():
   config, params = _params("full_dynamic")
   n = metrics.matmul_param_count(params)
   hk = config.num_heads * config.rank
-  expected = 6 * n + config.num_layers * 6 * 32 * (hk + config.d_model**2)
+  expected = 6 * n + config.num_layers * 3 * 32 * (hk + config.d_model**2)  # causal: half
   assert metrics.flops_per_token("full_dynamic", config, 32, n) == expected
+
+
+class _Device:
+  def __init__(self, platform, device_kind):
+    self.platform, self.device_kind = platform, device_kind
+
+
+def test_peak_convention_vendor_on_accelerators_measured_on_cpu(monkeypatch):
+  h200 = _Device("gpu", "NVIDIA H200")
+  assert metrics.device_peak(h200, "bfloat16") == (989.4e12, "vendor")
+  assert metrics.device_peak(h200, jnp.float32)[0] == 494.7e12  # TF32, JAX's f32 default
+  assert metrics.device_peak(h200, "bfloat16", configured=5e14) == (5e14, "config")
+  monkeypatch.setattr(metrics, "measure_matmul_peak", lambda: 1.5e11)
+  assert metrics.device_peak(_Device("cpu", "cpu"), "float32") == (1.5e11, "measured")
+  assert metrics.device_peak(_Device("cpu", "cpu"), "bfloat16") == (1.5e11, "measured")
+  assert metrics.device_peak(_Device("gpu", "Some Future GPU"), "bfloat16") == (1.5e11, "measured")
 
 
 def test_measure_matmul_peak_is_positive_and_cached():

@@ -1,0 +1,69 @@
+"""JAX's persistent compilation cache for jaxformer's entry points, benchmarks and tests.
+
+  from jaxformer import compile_cache
+  compile_cache.enable()        # before the first jit compiles; returns the directory or None
+
+A compiled XLA program is written to disk and read back by the next process that compiles the
+same program (same HLO, jax version, backend and flags), so a second `make run`, `make test`
+or benchmark skips most of its compilation. Where (first match):
+
+  JAX_COMPILATION_CACHE_DIR    JAX's own variable: left to JAX, untouched (tests set it)
+  JAXFORMER_COMPILATION_CACHE  a directory, or `off` / `0` / empty to disable the cache
+  ~/.cache/jaxformer/jax       the default (delete it to start cold)
+
+Programs that compile in under MIN_COMPILE_SECS are not written (JAX's own default is 1 s;
+a CPU run compiles many programs of 0.2-1 s: measured in BENCHMARKS.md). JAX's
+JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, wins. The cache is not size-bounded
+(JAX's LRU eviction needs the `filelock` package): it grows by the programs compiled, a few
+MB each, and is keyed by jax version, so upgrades start a new set of files.
+"""
+
+import os
+
+import jax
+
+ENV = "JAXFORMER_COMPILATION_CACHE"
+JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
+DEFAULT = os.path.join("~", ".cache", "jaxformer", "jax")
+MIN_COMPILE_SECS = 0.2
+_OFF = ("", "0", "off", "none", "false")
+
+
+def directory():
+  """The cache directory `enable` would use, or None when the cache is off."""
+  if os.environ.get(JAX_ENV):
+    return os.environ[JAX_ENV]
+  path = os.environ.get(ENV, DEFAULT)
+  if path.strip().lower() in _OFF:
+    return None
+  return os.path.abspath(os.path.expanduser(path))
+
+
+_COUNTS = {"cache_hits": 0, "cache_misses": 0}
+
+
+def _count(event, **kwargs):
+  name = event.rsplit("/", 1)[-1]
+  if event.startswith("/jax/compilation_cache/") and name in _COUNTS:
+    _COUNTS[name] += 1
+
+
+def counts():
+  """{'cache_hits': n, 'cache_misses': m}: compilations read from / missing in the cache
+  since `enable` (a program under MIN_COMPILE_SECS is a miss that is not written)."""
+  return dict(_COUNTS)
+
+
+def enable():
+  """Turns the persistent cache on (see the module docstring); returns its directory, or
+  None when it is off. Call it before the first compilation: JAX reads the setting once."""
+  path = directory()
+  if path is not None and not getattr(enable, "listening", False):
+    jax.monitoring.register_event_listener(_count)
+    enable.listening = True
+  if path is None or os.environ.get(JAX_ENV):
+    return path  # off, or JAX configured it from its own variable already
+  jax.config.update("jax_compilation_cache_dir", path)
+  if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECS)
+  return path

@@ -1,0 +1,61 @@
+"""The persistent compilation cache: where it lives, how to turn it off, and that a second
+process reads a program the first one compiled (jax 0.10 on CPU)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from jaxformer import compile_cache
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_directory_default_override_and_off(monkeypatch):
+  monkeypatch.delenv(compile_cache.JAX_ENV, raising=False)
+  monkeypatch.delenv(compile_cache.ENV, raising=False)
+  home = os.path.expanduser("~")
+  assert compile_cache.directory() == os.path.join(home, ".cache", "jaxformer", "jax")
+  monkeypatch.setenv(compile_cache.ENV, "~/elsewhere")
+  assert compile_cache.directory() == os.path.join(home, "elsewhere")
+  for off in ("off", "0", "", "None"):
+    monkeypatch.setenv(compile_cache.ENV, off)
+    assert compile_cache.directory() is None, off
+  monkeypatch.setenv(compile_cache.JAX_ENV, "/tmp/jax-own")  # JAX's own variable wins
+  assert compile_cache.directory() == "/tmp/jax-own"
+
+
+_PROGRAM = """
+import json, jax, jax.numpy as jnp
+from jaxformer import compile_cache
+path = compile_cache.enable()
+def f(x):
+  for _ in range(40):
+    x = jnp.tanh(x @ x.T) + x
+  return x.sum()
+jax.jit(jax.grad(f))(jnp.ones((64, 64))).block_until_ready()
+print(json.dumps({"dir": path, **compile_cache.counts()}))
+"""
+
+
+def _run(env):
+  out = subprocess.run(
+    [sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300
+  )
+  assert out.returncode == 0, out.stderr[-2000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_reads_what_the_first_compiled(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT")}
+  env.pop(compile_cache.JAX_ENV, None)
+  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", **{compile_cache.ENV: str(tmp_path)})
+  # every program is written, however fast it compiled on this machine (JAX's own override)
+  env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  first, second = _run(env), _run(env)
+  assert first["dir"] == second["dir"] == str(tmp_path)
+  assert first["cache_hits"] == 0 and first["cache_misses"] >= 1
+  assert second["cache_hits"] >= 1  # the gradient program, compiled once, read back
+  assert any(name.endswith("-cache") for name in os.listdir(tmp_path))
+  env[compile_cache.ENV] = "off"
+  assert _run(env) == {"dir": None, "cache_hits": 0, "cache_misses": 0}
