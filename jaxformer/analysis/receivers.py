@@ -15,12 +15,15 @@ choose its source.
       that the best additive fit g(x_m) + h(x_l) leaves unexplained (two-way ANOVA on a full
       grid: the fit is row mean + column mean - grand mean), pooled over the N grids: 0 for
       any sum, 1 for x1 * x3 on a grid symmetric about 0.
-  scores(model, params, tokens_BL)   each layer's raw scores a(x_i, x_L) for every pair of
+  scores(model, variables, tokens_BL)   each layer's raw scores a(x_i, x_L) for every pair of
       a sequence's tokens (before the mask and the normalizer), from the layer's own scorer
       applied to the queries and keys it sowed: the real token pairs of the share.
-  layer_dependence(model, params, tokens_BL)   receiver_dependence of every layer's weights.
+  layer_dependence(model, variables, tokens_BL)   receiver_dependence of every layer's weights.
 """
 
+import functools
+
+import jax
 import numpy as np
 
 from jaxformer.analysis.cache import run_with_cache
@@ -82,7 +85,7 @@ def interaction_share(z_NLM):
   return float(np.sum((z - additive) ** 2) / total) if total > 0 else 0.0
 
 
-def _mixers(model):
+def mixers(model):
   """(layer name, Mixer) of every block of a ladder model that has one."""
   for i, layer in enumerate(getattr(model, "layers", ())):
     mixer = getattr(layer, "mixer", None)
@@ -90,27 +93,38 @@ def _mixers(model):
       yield f"layers_{i}", mixer
 
 
-def scores(model, params, tokens_BL):
+@functools.partial(jax.jit, static_argnames=("model", "names"))
+def cached(model, variables, tokens_BL, names):
+  """run_with_cache's entries matching the glob patterns `names` (a tuple), compiled once
+  per model, names and shapes."""
+  return run_with_cache(model, variables, tokens_BL, names=list(names))[1]
+
+
+def scores(model, variables, tokens_BL):
   """{'layers_i': scores_BHLM}: a(x_i, x_L) for every receiver L and source i of each
-  sequence (the whole L x M grid, future sources included: the same function, unmasked)."""
-  tokens_BL = np.asarray(tokens_BL)
-  _, cache = run_with_cache(model, params, tokens_BL, names=["*/mixer/queries", "*/mixer/keys"])
+  sequence (the whole L x M grid, future sources included: the same function, unmasked).
+  variables: {'params': ...} of a ladder model."""
+  tokens_BL = np.asarray(tokens_BL, np.int32)
+  cache = cached(model, variables, tokens_BL, ("*/mixer/queries", "*/mixer/keys"))
   out = {}
-  for name, mixer in _mixers(model):
-    scorer_params = {"params": params["params"][name]["mixer"]["scorer"]}
+  for name, mixer in mixers(model):
+    scorer_params = {"params": variables["params"][name]["mixer"]["scorer"]}
     q, k = cache.get(f"{name}/mixer/queries"), cache[f"{name}/mixer/keys"]
-    out[name] = np.asarray(
-      mixer.scorer.apply(scorer_params, q, k, tokens_BL.shape[1], method="scores")
-    )
+    value = mixer.scorer.apply(scorer_params, q, k, tokens_BL.shape[1], method="scores")
+    out[name] = np.asarray(value)
   return out
 
 
-def layer_dependence(model, params, tokens_BL):
-  """{'layers_i': receiver_dependence per head [H]} of each layer's trained weights."""
-  tokens_BL = np.asarray(tokens_BL)
-  _, cache = run_with_cache(model, params, tokens_BL, names=["*/mixer/weights"])
-  length = tokens_BL.shape[1]
+def cache_dependence(model, cache, length):
+  """{'layers_i': receiver_dependence per head [H]} from a cache holding '*/mixer/weights'."""
   return {
     name: receiver_dependence(cache[f"{name}/mixer/weights"], mixer.mask_LM(length))
-    for name, mixer in _mixers(model)
+    for name, mixer in mixers(model)
   }
+
+
+def layer_dependence(model, variables, tokens_BL):
+  """{'layers_i': receiver_dependence per head [H]} of each layer's weights."""
+  tokens_BL = np.asarray(tokens_BL, np.int32)
+  cache = cached(model, variables, tokens_BL, ("*/mixer/weights",))
+  return cache_dependence(model, cache, tokens_BL.shape[1])
