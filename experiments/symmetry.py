@@ -139,11 +139,12 @@ def arms(config):
   return out
 
 
-def probe_tokens(config, task):
-  """The first `probe_batch` inputs of the eval half of the held-out split."""
-  test = data.get_dataset(task_spec(config, task), "test")
+def eval_inputs(spec, count):
+  """int32 [N, L]: the first `count` inputs of the eval half of task `spec`'s held-out split
+  (the half the report states; never used for selection)."""
+  test = data.get_dataset(spec, "test")
   start = len(test) // 2
-  return harness.read_inputs(test, range(start, min(start + config.probe_batch, len(test))))
+  return harness.read_inputs(test, range(start, min(start + count, len(test))))
 
 
 def initial_params(model, seeds, tokens_BL):
@@ -180,7 +181,7 @@ def measure(config, trained, workdir):
   keys = ("dependence", "contrast", "neighbour_cos", "contrast_by_position")
   metrics = {f"{k}{suffix}": {} for k in keys for suffix in ("", "_untrained")}
   for task in config.tasks:
-    tokens = probe_tokens(config, task)
+    tokens = eval_inputs(task_spec(config, task), config.probe_batch)
     for name in MODELS:
       arm = trained.get(name, task)
       model, with_dep = arm.model(), name != "stateless"  # a self mask shares no sources
@@ -230,11 +231,11 @@ def _plot(config, metrics, workdir):
   for row, task in enumerate(tasks):
     left = fig.add_subplot(len(tasks), 2, 2 * row + 1)
     right = fig.add_subplot(len(tasks), 2, 2 * row + 2)
-    for name in MODELS:
+    for i, name in enumerate(MODELS):
       for suffix, style in (("", "-"), ("_untrained", ":")):
         values = metrics[f"contrast_by_position{suffix}"][name][task]
         label = f"{name}{' (untrained)' if suffix else ''}"
-        left.plot(range(len(values)), values, linestyle=style, marker="o", ms=3, label=label)
+        left.plot(range(len(values)), values, style, color=f"C{i}", marker="o", ms=3, label=label)
     left.axhline(CONTRAST_MARGIN, color="gray", linestyle="--", linewidth=0.8)
     left.set(
       xlabel="receiver position L",
