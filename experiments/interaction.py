@@ -35,8 +35,8 @@ tanh scores are mostly a sum (share <= WEAK).
   python -m experiments.interaction --size full --workdir runs/interaction_full
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
-quick: MQAR V=64 L=16 K=4, D=32, 2 layers, batch 32, up to 700 steps, 3 seeds at lr 3e-3.
-full: the same task at D=64, up to 2,000 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}. accel:
+quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3 seeds at lr 3e-3.
+full: the same, batch 64, up to 2,000 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}. accel:
 MQAR V=256 L=128 K=16, D=128. Measured numbers: docs/experiments.md.
 """
 
@@ -77,13 +77,13 @@ def get_config(size="quick"):
   c.vocab_size = 64  # V: MQAR keys in [1, V/2), values in [V/2, V)
   c.seq_len = 16  # L
   c.num_kv_pairs = 4  # K pairs per example, each queried once
-  c.d_model = 32  # D, and the rank K of tanh and lowrank (bilinear's is D)
+  c.d_model = 64  # D, and the rank K of tanh and lowrank (bilinear's is D)
   c.num_layers = 2
   c.seeds = (0, 1, 2)
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = 700  # the same budget for every model; early stop at early_stop_accuracy
+  c.total_steps = 600  # the same budget for every model; early stop at early_stop_accuracy
   c.warmup_steps = 50
   c.eval_every = 50  # also the resolution of steps-to-0.9
   c.early_stop_accuracy = 0.99
@@ -98,7 +98,7 @@ def get_config(size="quick"):
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
     c.num_examples, c.num_test_examples, c.probe_batch, c.grid_points = 64, 32, 8, 21
   elif size == "full":
-    c.d_model, c.batch_size = 64, 64
+    c.batch_size = 64
     c.learning_rates = (1e-3, 3e-3, 1e-2)
     c.total_steps = 2000
   elif size == "accel":
@@ -126,13 +126,21 @@ def arms(config):
   ]
 
 
-def layer_shares(model, params, tokens_BL):
-  """{'layers_i': interaction share} of one model's trained scores over the probe batch."""
-  scores = receivers.scores(model, {"params": params}, tokens_BL)
-  return {
+PROBED = (*receivers.SCORE_INPUTS, "*/mixer/weights")  # one compiled forward pass per model
+
+
+def probe(model, params, tokens_BL):
+  """({'layers_i': interaction share of its scores}, receiver dependence: mean over layers
+  and heads) of one model on the probe batch."""
+  variables = {"params": params}
+  cache = receivers.cached(model, variables, tokens_BL, PROBED)
+  scores = receivers.scores(model, variables, tokens_BL, cache)
+  shares = {
     name: receivers.interaction_share(s_BHLM.reshape(-1, *s_BHLM.shape[2:]))
     for name, s_BHLM in scores.items()
   }
+  per_layer = receivers.cache_dependence(model, cache, tokens_BL.shape[1])
+  return shares, float(np.mean([np.mean(v) for v in per_layer.values()]))
 
 
 def measure(config, trained, workdir):
@@ -143,11 +151,10 @@ def measure(config, trained, workdir):
     arm = trained.get(name, "mqar")
     model, shares, dependence = arm.model(), [], []
     for params in arm.params():
-      per_layer = layer_shares(model, params, tokens)
+      per_layer, receiver_tv = probe(model, params, tokens)
       shares.append(float(np.mean(list(per_layer.values()))))
       metrics["share_by_layer"].setdefault(name, []).append(per_layer)
-      per_layer = receivers.layer_dependence(model, {"params": params}, tokens)
-      dependence.append(float(np.mean([np.mean(v) for v in per_layer.values()])))
+      dependence.append(receiver_tv)
     metrics["share"][name], metrics["dependence"][name] = shares, dependence
     metrics["steps_to"][name] = arm.steps_to(REACHES)
     curves[name] = [[(s, va) for s, _, va, _, _ in r.evals] for r in arm.selected_runs()]

@@ -100,12 +100,16 @@ def cached(model, variables, tokens_BL, names):
   return run_with_cache(model, variables, tokens_BL, names=list(names))[1]
 
 
-def scores(model, variables, tokens_BL):
+SCORE_INPUTS = ("*/mixer/queries", "*/mixer/keys")
+
+
+def scores(model, variables, tokens_BL, cache=None):
   """{'layers_i': scores_BHLM}: a(x_i, x_L) for every receiver L and source i of each
   sequence (the whole L x M grid, future sources included: the same function, unmasked).
-  variables: {'params': ...} of a ladder model."""
+  variables: {'params': ...} of a ladder model; cache: a `cached` cache of these tokens
+  holding SCORE_INPUTS, if there is one."""
   tokens_BL = np.asarray(tokens_BL, np.int32)
-  cache = cached(model, variables, tokens_BL, ("*/mixer/queries", "*/mixer/keys"))
+  cache = cached(model, variables, tokens_BL, SCORE_INPUTS) if cache is None else cache
   out = {}
   for name, mixer in mixers(model):
     scorer_params = {"params": variables["params"][name]["mixer"]["scorer"]}
