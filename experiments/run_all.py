@@ -34,6 +34,8 @@ EXPERIMENTS = (
   "heads",
   "mlp_memory",
   "beyond",
+  "skips",
+  "positions",
 )
 SIZES = protocol.SIZES
 
