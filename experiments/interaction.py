@@ -36,7 +36,7 @@ tanh scores are mostly a sum (share <= WEAK).
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
 quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3 seeds at lr 3e-3.
-full: the same, batch 64, up to 2,000 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}. accel:
+full: the same, up to 1,500 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}. accel:
 MQAR V=256 L=128 K=16, D=128. Measured numbers: docs/experiments.md.
 """
 
@@ -98,9 +98,8 @@ def get_config(size="quick"):
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
     c.num_examples, c.num_test_examples, c.probe_batch, c.grid_points = 64, 32, 8, 21
   elif size == "full":
-    c.batch_size = 64
     c.learning_rates = (1e-3, 3e-3, 1e-2)
-    c.total_steps = 2000
+    c.total_steps, c.eval_every, c.warmup_steps = 1500, 50, 100
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128
     c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))

@@ -44,6 +44,7 @@ import ml_collections
 import numpy as np
 
 from experiments import harness, protocol, report, run_all
+from experiments.symmetry import learns_where_answers_come_from
 
 NAME = "param_explosion"
 CLAIM = (
@@ -192,13 +193,9 @@ def measure(config, trained, workdir):
 
 
 def controls(metrics, config):
-  floor = INFORMED * metrics["chance"]["mqar"]
+  chance = metrics["chance"]["mqar"]
   return [
-    report.every_seed(
-      f"{name} learns where answers come from: raw accuracy >= {INFORMED} x chance ({floor:.3g})",
-      metrics["accuracy"][name]["mqar"],
-      lambda a: a >= floor,
-    )
+    learns_where_answers_come_from(name, metrics["accuracy"][name]["mqar"], chance, INFORMED)
     for name in models(config)
   ]
 

@@ -78,12 +78,8 @@ def get_config(size="quick"):
     c.learning_rates = (1e-3, 3e-3, 1e-2)
     c.total_steps, c.eval_every, c.warmup_steps = 1000, 100, 100
   elif size == "accel":
-    c.task, c.vocab_size, c.seq_len, c.d_model = (
-      "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8",
-      256,
-      64,
-      128,
-    )
+    c.task = "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8"
+    c.vocab_size, c.seq_len, c.d_model = 256, 64, 128
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8, 16))
     c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500

@@ -34,7 +34,7 @@ neighbour contrast exceeds matrix_sum's by >= CONTRAST_MARGIN (paired by seed: s
 
 quick: MQAR V=16 L=16 K=4 only (induction needs ~1,500 steps: full size), D=64, 2 layers,
 batch 32, up to 300 steps, 3 seeds at lr 3e-3. full: MQAR and induction V=16 L=16 (one
-compiled program per model serves both), up to 2,000 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}.
+compiled program per model serves both), up to 1,500 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}.
 accel: MQAR V=256 L=64 K=8 and induction V=256 L=64, D=128, 4 learning rates. Measured numbers:
 docs/experiments.md.
 """
@@ -106,7 +106,7 @@ def get_config(size="quick"):
   elif size == "full":
     c.tasks.induction = "induction:vocab_size=16,seq_len=16"
     c.learning_rates = (1e-3, 3e-3, 1e-2)
-    c.total_steps, c.eval_every, c.warmup_steps = 2000, 100, 100
+    c.total_steps, c.eval_every, c.warmup_steps = 1500, 100, 100
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
       {
@@ -275,18 +275,23 @@ def _setup(config):
   )
 
 
+def learns_where_answers_come_from(what, raw_per_seed, chance, fraction=INFORMED):
+  """The control of a model expected to fail at recall: it still reaches `fraction` of the
+  task's informed guess (e.g. MQAR's 1/K among the values in context), every seed; a model
+  that trained nothing sits near 1/V. `what`: the model, as the report names it."""
+  floor = fraction * chance
+  return report.every_seed(
+    f"{what} learns where answers come from: raw accuracy >= {fraction} x chance ({floor:.3g})",
+    raw_per_seed,
+    lambda a: a >= floor,
+  )
+
+
 def controls(metrics, config):
   out = []
   for task in config.tasks:
-    chance = metrics["chance"][task]
-    out.append(
-      report.every_seed(
-        f"{task}: source_only learns where answers come from: raw accuracy >= {INFORMED} x "
-        f"chance ({INFORMED * chance:.3g})",
-        metrics["accuracy"]["source_only"][task],
-        lambda a, floor=INFORMED * chance: a >= floor,
-      )
-    )
+    raw, chance = metrics["accuracy"]["source_only"][task], metrics["chance"][task]
+    out.append(learns_where_answers_come_from(f"{task}: source_only", raw, chance))
     out.append(
       report.every_seed(
         f"{task}: the contrast can show a running average: the untrained source_only's "
