@@ -6,6 +6,7 @@ import pytest
 
 from experiments import interaction, protocol, report
 from jaxformer.analysis import receivers
+from tests.experiments.judge import judge
 
 SEEDS = 3
 CHANCE = 0.25  # MQAR, K = 4
@@ -47,11 +48,7 @@ def _metrics(**changes):
 
 
 def _verdict(**changes):
-  config, metrics = interaction.get_config("quick"), _metrics(**changes)
-  return (
-    [c.passed for c in interaction.controls(metrics, config)],
-    [c.passed for c in interaction.criteria(metrics, config)],
-  )
+  return judge(interaction, _metrics(**changes), interaction.get_config("quick"))[:2]
 
 
 def _only(index, passes=False):

@@ -9,6 +9,7 @@ import pytest
 
 from experiments import param_explosion, protocol, report
 from jaxformer import ladder
+from tests.experiments.judge import judge
 
 SEEDS = 3
 CHANCE = 0.25  # MQAR, K = 4
@@ -33,11 +34,7 @@ def _metrics(config, **adjusted):
 
 
 def _verdict(config, **adjusted):
-  metrics = _metrics(config, **adjusted)
-  return (
-    [c.passed for c in param_explosion.controls(metrics, config)],
-    [c.passed for c in param_explosion.criteria(metrics, config)],
-  )
+  return judge(param_explosion, _metrics(config, **adjusted), config)[:2]
 
 
 def test_quick_passes_when_the_matrix_sum_recalls_and_the_diagonal_does_not():

@@ -3,6 +3,7 @@ import os
 import pytest
 
 from experiments import positions, protocol, report
+from tests.experiments.judge import judge
 
 SEEDS = 3
 
@@ -30,11 +31,7 @@ def _metrics(config, **adjusted):
 
 
 def _verdict(config, **adjusted):
-  metrics = _metrics(config, **adjusted)
-  controls = positions.controls(metrics, config)
-  criteria = positions.criteria(metrics, config)
-  result = report.Result("", "", "", criteria, metrics, controls=controls)
-  return [c.passed for c in controls], [c.passed for c in criteria], result.verdict
+  return judge(positions, _metrics(config, **adjusted), config)
 
 
 def test_the_claim_passes_with_its_control():

@@ -3,6 +3,7 @@ import os
 import pytest
 
 from experiments import protocol, report, skips
+from tests.experiments.judge import judge
 
 SEEDS = 3
 CHANCE = 0.25  # MQAR, K = 4
@@ -25,11 +26,7 @@ def _metrics(config, **adjusted):
 
 
 def _verdict(config, **adjusted):
-  metrics = _metrics(config, **adjusted)
-  controls = skips.controls(metrics, config)
-  criteria = skips.criteria(metrics, config)
-  result = report.Result("", "", "", criteria, metrics, controls=controls)
-  return [c.passed for c in controls], [c.passed for c in criteria], result.verdict
+  return judge(skips, _metrics(config, **adjusted), config)
 
 
 def test_the_claim_passes_with_its_control():
