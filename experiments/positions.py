@@ -34,7 +34,9 @@ causal mask itself tells a unit how many sources it has, so a stack can recover 
 positions from it (Haviv et al. 2022, transformer language models without positional
 encodings still learn positional information; Kazemnejad et al. 2023 on copying without
 positional encodings). Positions make order cheap (learned: 0.99 by step 250, sinusoidal by
-200), not possible.
+200), not possible. Measured (full, L=24, c = 6 and 10, 3 seeds x 3 learning rates,
+1,000 steps; 421 cpu-s loaded, ~5.4 min quiet): FAIL the same way. Without positions adjusted
+0.94-0.95 (c = 6) and 0.89 (c = 10); learned and sinusoidal 0.99-1.0.
 """
 
 import sys
