@@ -35,6 +35,8 @@ EXPERIMENTS = (
   "heads",
   "mlp_memory",
   "beyond",
+  "skips",
+  "positions",
 )
 SIZES = protocol.SIZES
 

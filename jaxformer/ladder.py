@@ -98,7 +98,7 @@ def default_config(name):
   c.mlp = "none"  # none (elementwise sigma) | kv (W2 sigma(W1 .))
   c.mlp_w2 = True  # mlp='kv' without W2 needs d_ff == d_model
   c.activation = "gelu"  # sigma: gelu | relu | tanh
-  c.skip = "single"  # single: x + ffn(mix(x)) | split: x + mix, then + ffn
+  c.skip = "single"  # single: x + ffn(mix(x)) | split: x + mix, then + ffn | none: ffn(mix(x))
   c.norm = "none"  # none | pre | post (layer norm placement)
 
   if name in RECURRENT_RUNGS:

@@ -12,6 +12,12 @@ before the skip adds x_L back): cache['layers_i/mixer/out'] from run_with_cache.
 neighbouring-unit similarity is sim(1); sim at larger offsets is the baseline it is read
 against. Per head, the same with o_BLHK (cache['layers_i/mixer/head_outputs']) in place of
 s_BLD gives one number per head. A zero vector has cosine 0 with everything.
+
+Read per position and centred (`offset_contrast`): a mean shared by every unit of a
+sequence makes all of them alike, neighbours or not, so the mean over positions is removed
+first; then the contrast sim_l(1) - sim_l(far) at each position l says how much more alike a
+unit is to its neighbour than to a unit `far` away. A running average over the sources
+(source-only weights) gives a contrast > 0 that persists along the sequence.
 """
 
 import jax.numpy as jnp
@@ -54,3 +60,31 @@ def _cosine(a_XD, b_XD):
   dot = jnp.sum(a_XD * b_XD, axis=-1)
   norms = jnp.linalg.norm(a_XD, axis=-1) * jnp.linalg.norm(b_XD, axis=-1)
   return dot / jnp.maximum(norms, _EPS)
+
+
+def centre(s_BLD):
+  """s minus its mean over positions, per sequence and feature: a component every unit of a
+  sequence shares (a bias, a common direction) no longer makes neighbours look alike."""
+  s_BLD = jnp.asarray(s_BLD, jnp.float32)
+  return s_BLD - jnp.mean(s_BLD, axis=1, keepdims=True)
+
+
+def position_similarity(s_BLD, offset):
+  """[L - offset]: per position l, the mean over the batch of cos(s[:, l], s[:, l + offset])."""
+  s_BLD = jnp.asarray(s_BLD, jnp.float32)
+  length = s_BLD.shape[1]
+  if not 1 <= offset < length:
+    raise ValueError(f"offset={offset}: need 1 <= offset < {length}")
+  return jnp.mean(_cosine(s_BLD[:, : length - offset], s_BLD[:, offset:]), axis=0)
+
+
+def offset_contrast(s_BLD, far, centred=True):
+  """[L - far]: per position l, sim_l(1) - sim_l(far), the neighbour's similarity beyond
+  that of a unit `far` positions away (on centred outputs unless centred=False). Near 0 when
+  a unit's output does not depend on where it sits; > 0 when neighbours compute nearly the
+  same thing because they are neighbours (a running average over the sources)."""
+  if far < 2:
+    raise ValueError(f"far={far}: the far offset must be >= 2 (offset 1 is the neighbour)")
+  s_BLD = centre(s_BLD) if centred else jnp.asarray(s_BLD, jnp.float32)
+  length = s_BLD.shape[1]
+  return position_similarity(s_BLD, 1)[: length - far] - position_similarity(s_BLD, far)

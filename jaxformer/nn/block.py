@@ -2,6 +2,8 @@
 
   single skip (step 2): O = x + ffn(mixer(x))        ffn = sigma, or an MLP (step 8)
   split skip  (step 8): h = x + mixer(x);  O = h + ffn(h)
+  no skip:              h = mixer(x);      O = ffn(h)   (the control of the skips experiment:
+                                                        nothing adds x back, He et al. 2016)
 with layer norm placed `pre` (inside each branch, GPT-2) or `post` (after each sum,
 the original Transformer), or `none`. `decode` (and a decoding batch's left padding
 `pad_B`) reaches the mixer only: the rest is position-wise and needs no cache. The split skip with a norm between mixer and
@@ -13,7 +15,7 @@ import flax.linen as nn
 from jaxformer.math import mlp as mlp_math
 from jaxformer.nn.layers import LayerNorm
 
-SKIPS = ("single", "split")
+SKIPS = ("single", "split", "none")
 NORMS = ("none", "pre", "post")
 
 
@@ -40,9 +42,14 @@ class Block(nn.Module):
       mixed_BLD = self.mixer(pre("norm")(x_BLD), decode=decode, pad_B=pad_B)
       out_BLD = post("norm")(x_BLD + self.ffn(mixed_BLD))
     else:
-      h_BLD = post("norm1")(x_BLD + self.mixer(pre("norm1")(x_BLD), decode=decode, pad_B=pad_B))
-      self.sow("intermediates", "resid_mid", h_BLD)
-      out_BLD = post("norm2")(h_BLD + self.ffn(pre("norm2")(h_BLD)))
+      # the split layout; skip='none' keeps its norms and adds nothing back
+      residual = self.skip == "split"
+      s_BLD = self.mixer(pre("norm1")(x_BLD), decode=decode, pad_B=pad_B)
+      h_BLD = post("norm1")(x_BLD + s_BLD if residual else s_BLD)
+      if residual:
+        self.sow("intermediates", "resid_mid", h_BLD)
+      f_BLD = self.ffn(pre("norm2")(h_BLD))
+      out_BLD = post("norm2")(h_BLD + f_BLD if residual else f_BLD)
     self.sow("intermediates", "resid_post", out_BLD)
     return out_BLD
 

@@ -1,48 +1,146 @@
+import math
 import os
 
-from experiments import harness, symmetry
+import pytest
+
+from experiments import harness, protocol, report, symmetry
+from tests.experiments.judge import judge
+
+SEEDS = 3
+CHANCE = 0.25  # MQAR, K = 4
 
 
-def _metrics(matrix_sum, source_only, stateless, sim_source, sim_matrix):
-  tasks = ("mqar", "induction")
-  acc = {"matrix_sum": matrix_sum, "source_only": source_only, "stateless": stateless}
-  return {
-    "accuracy": {m: dict.fromkeys(tasks, a) for m, a in acc.items()},
-    "similarity": {
-      "source_only": dict.fromkeys(tasks, sim_source),
-      "matrix_sum": dict.fromkeys(tasks, sim_matrix),
-      "stateless": dict.fromkeys(tasks, 0.1),
-    },
+def _metrics(**changes):
+  """The claim holding on one task, every seed alike; `changes` replace one value:
+  key (model, metric) -> per-seed value."""
+  values = {
+    ("matrix_sum", "raw"): 0.99,
+    ("source_only", "raw"): 0.3,
+    ("stateless", "raw"): 0.12,
+    ("matrix_sum", "dependence"): 0.4,
+    ("source_only", "dependence"): 0.0,
+    ("matrix_sum", "contrast"): 0.0,
+    ("source_only", "contrast"): 0.5,
+    ("source_only", "contrast_untrained"): 0.5,
   }
+  values |= {tuple(k.split("__")): v for k, v in changes.items()}
+  m = {"chance": {"mqar": CHANCE}}
+  for key in ("accuracy", "adjusted", "dependence", "contrast", "contrast_untrained"):
+    m[key] = {name: {} for name in symmetry.MODELS}
+  for (name, what), value in values.items():
+    if what == "raw":
+      m["accuracy"][name]["mqar"] = [value] * SEEDS
+      m["adjusted"][name]["mqar"] = [protocol.adjust(value, CHANCE)] * SEEDS
+    elif what == "adjusted":  # exactly this adjusted accuracy (threshold cases)
+      m["accuracy"][name]["mqar"] = [value * (1 - CHANCE) + CHANCE] * SEEDS
+      m["adjusted"][name]["mqar"] = [value] * SEEDS
+    else:
+      m[what][name]["mqar"] = [value] * SEEDS
+  return m
 
 
-def test_criteria_pass_when_only_the_two_argument_function_recalls():
-  config = symmetry.get_config("quick")
-  metrics = _metrics(0.99, 0.3, 0.03, sim_source=0.9, sim_matrix=0.2)
-  assert [c.passed for c in symmetry.criteria(metrics, config)] == [True] * 4
+def _verdict(**changes):
+  return judge(symmetry, _metrics(**changes), symmetry.get_config("quick"))[:2]
 
 
-def test_criteria_fail_when_the_symmetric_models_recall_or_differ_little():
-  config = symmetry.get_config("quick")
-  metrics = _metrics(0.6, 0.9, 0.6, sim_source=0.5, sim_matrix=0.45)
-  assert [c.passed for c in symmetry.criteria(metrics, config)] == [False] * 4
+def test_the_claim_passes_with_its_controls():
+  assert _verdict() == ([True, True], [True] * 5)
 
 
-def test_one_task_failing_fails_the_criterion():
-  config = symmetry.get_config("quick")
-  metrics = _metrics(0.99, 0.3, 0.03, sim_source=0.9, sim_matrix=0.2)
-  metrics["accuracy"]["matrix_sum"]["induction"] = 0.4
-  assert [c.passed for c in symmetry.criteria(metrics, config)] == [False, True, True, True]
+@pytest.mark.parametrize(
+  "change, index",
+  [
+    ({"matrix_sum__raw": 0.6}, 0),  # f(x_i, x_L) does not recall
+    ({"source_only__raw": 0.9}, 1),  # source-only recalls
+    ({"stateless__raw": 0.6}, 2),  # stateless recalls
+    ({"matrix_sum__dependence": 0.02}, 3),  # f(x_i, x_L)'s weights ignore the receiver
+    ({"source_only__contrast": 0.05}, 4),  # neighbours no more alike than matrix_sum's
+  ],
+)
+def test_each_criterion_fails_alone(change, index):
+  controls, criteria = _verdict(**change)
+  assert controls == [True, True]
+  assert criteria == [i != index for i in range(5)]
 
 
-def test_tiny_run(tmp_path):
+@pytest.mark.parametrize(
+  "key, at, passes",
+  [
+    ("matrix_sum__adjusted", symmetry.RECALLS, True),
+    ("matrix_sum__adjusted", symmetry.RECALLS - 0.01, False),
+    ("source_only__adjusted", symmetry.FAILS, True),
+    ("source_only__adjusted", symmetry.FAILS + 0.01, False),
+    ("stateless__adjusted", symmetry.STATELESS_FAILS, True),
+    ("stateless__adjusted", symmetry.STATELESS_FAILS + 0.01, False),
+    ("matrix_sum__dependence", symmetry.DEPENDS, True),
+    ("matrix_sum__dependence", symmetry.DEPENDS - 0.001, False),
+    ("source_only__contrast", symmetry.CONTRAST_MARGIN, True),  # matrix_sum's is 0
+    ("source_only__contrast", symmetry.CONTRAST_MARGIN - 0.001, False),
+  ],
+)
+def test_each_threshold_from_both_sides(key, at, passes):
+  criteria = _verdict(**{key: at})[1]
+  index = [
+    "matrix_sum__adjusted",
+    "source_only__adjusted",
+    "stateless__adjusted",
+    "matrix_sum__dependence",
+  ]
+  index = index.index(key) if key in index else 4
+  assert criteria == [passes if i == index else True for i in range(5)]
+
+
+@pytest.mark.parametrize(
+  "change, index",
+  [
+    ({"source_only__raw": 1 / 16}, 0),  # a uniform guess over V: it trained nothing
+    ({"source_only__raw": symmetry.INFORMED * CHANCE - 0.001}, 0),
+    ({"source_only__contrast_untrained": symmetry.CONTRAST_MARGIN - 0.001}, 1),
+  ],
+)
+def test_a_failed_control_makes_it_inconclusive(change, index):
+  controls, _ = _verdict(**change)
+  assert controls == [i != index for i in range(2)]
+  config, metrics = symmetry.get_config("quick"), _metrics(**change)
+  result = report.Result(
+    "symmetry",
+    "",
+    "",
+    symmetry.criteria(metrics, config),
+    metrics,
+    controls=symmetry.controls(metrics, config),
+  )
+  assert result.verdict == "INCONCLUSIVE"
+
+
+def test_the_control_floor_is_informed_times_chance():
+  assert _verdict(source_only__raw=symmetry.INFORMED * CHANCE)[0] == [True, True]
+
+
+def test_one_seed_off_fails_and_a_missing_seed_fails():
+  config, metrics = symmetry.get_config("quick"), _metrics()
+  metrics["dependence"]["matrix_sum"]["mqar"] = [0.4, 0.05, 0.4]
+  assert [c.passed for c in symmetry.criteria(metrics, config)][3] is False
+  metrics = _metrics()
+  metrics["adjusted"]["matrix_sum"]["mqar"] = [1.0, math.nan, 1.0]  # every point diverged
+  assert [c.passed for c in symmetry.criteria(metrics, config)][0] is False
+
+
+def test_tiny_run_measures_the_trained_and_untrained_models(tmp_path):
   config = symmetry.get_config("tiny")
-  result = symmetry.run(config, str(tmp_path))
-  assert result.experiment == symmetry.NAME and len(result.criteria) == 4
-  for model in symmetry.MODELS:
-    assert set(result.metrics["accuracy"][model]) == set(config.tasks)
-    for value in result.metrics["similarity"][model].values():
-      assert -1.0 <= value <= 1.0
-  assert harness.finite(result.metrics)
+  result = protocol.run(symmetry, config, str(tmp_path), "tiny", log=lambda text: None)
+  assert result.verdict in report.VERDICTS
+  assert len(result.controls) == 2 and len(result.criteria) == 5
+  assert len(result.runs) == len(symmetry.MODELS) * len(config.seeds) * len(config.learning_rates)
+  m = result.metrics
+  for suffix in ("", "_untrained"):
+    for name in symmetry.MODELS:
+      contrast = m[f"contrast{suffix}"][name]["mqar"]
+      assert len(contrast) == len(config.seeds) and harness.finite(contrast)
+      assert len(m[f"contrast_by_position{suffix}"][name]["mqar"]) == 8 - config.far_offset
+    assert max(m[f"dependence{suffix}"]["source_only"]["mqar"]) <= symmetry.SOURCE_ONLY_TOLERANCE
+    assert min(m[f"dependence{suffix}"]["matrix_sum"]["mqar"]) > 0.0
+    assert all(math.isnan(d) for d in m[f"dependence{suffix}"]["stateless"]["mqar"])
+  assert [row["model"] for row in result.table] == list(symmetry.MODELS)
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000

@@ -1,0 +1,11 @@
+"""The verdict of an experiment module on synthetic metrics, for the criteria tests."""
+
+from experiments import report
+
+
+def judge(module, metrics, config):
+  """([control passed], [criterion passed], verdict) of `module` on `metrics`."""
+  controls = module.controls(metrics, config) if hasattr(module, "controls") else []
+  criteria = module.criteria(metrics, config)
+  result = report.Result(module.NAME, "", "", criteria, metrics, controls=controls)
+  return [c.passed for c in controls], [c.passed for c in criteria], result.verdict

@@ -1,0 +1,86 @@
+import os
+
+import pytest
+
+from experiments import positions, protocol, report
+from tests.experiments.judge import judge
+
+SEEDS = 3
+
+
+def _chance(config):
+  return 1 / (config.vocab_size - 2)  # copy: a guess among the V - 2 data ids
+
+
+def _metrics(config, **adjusted):
+  """Adjusted accuracy per (positions, c), every seed alike (a list: per seed); the claim
+  holds unless `adjusted` ('none__6': value) says otherwise. Without positions the default
+  is a guess among the c tokens to copy."""
+  chance = _chance(config)
+  m = {"chance": {}, "accuracy": {}, "adjusted": {}}
+  for c in config.copy_lens:
+    key = positions.setting(c)
+    m["chance"][key] = chance
+    for name in positions.POSITIONS:
+      value = protocol.adjust(1 / c, chance) if name == "none" else 1.0
+      value = adjusted.get(f"{name}__{c}", value)
+      per_seed = list(value) if isinstance(value, list) else [value] * SEEDS
+      m["adjusted"].setdefault(name, {})[key] = per_seed
+      m["accuracy"].setdefault(name, {})[key] = [a * (1 - chance) + chance for a in per_seed]
+  return m
+
+
+def _verdict(config, **adjusted):
+  return judge(positions, _metrics(config, **adjusted), config)
+
+
+def test_the_claim_passes_with_its_control():
+  # criteria per c: learned copies, sinusoidal copies, none does not
+  assert _verdict(positions.get_config("quick")) == ([True], [True] * 3, "PASS")
+  assert _verdict(positions.get_config("full")) == ([True] * 2, [True] * 6, "PASS")
+
+
+@pytest.mark.parametrize(
+  "change, expected",
+  [
+    ({"learned__6": 0.5}, [False, True, True]),
+    ({"sinusoidal__6": 0.5}, [True, False, True]),
+    ({"none__6": 0.95}, [True, True, False]),  # order without positions: the claim is wrong
+  ],
+)
+def test_each_criterion_fails_alone(change, expected):
+  assert _verdict(positions.get_config("quick"), **change) == ([True], expected, "FAIL")
+
+
+@pytest.mark.parametrize(
+  "change, expected",
+  [
+    ({"learned__6": positions.RECALLS}, [True, True, True]),
+    ({"learned__6": positions.RECALLS - 0.001}, [False, True, True]),
+    ({"sinusoidal__6": positions.RECALLS}, [True, True, True]),
+    ({"sinusoidal__6": [1.0, 1.0, positions.RECALLS - 0.001]}, [True, False, True]),
+    ({"none__6": positions.FAILS}, [True, True, True]),
+    ({"none__6": positions.FAILS + 0.001}, [True, True, False]),
+  ],
+)
+def test_each_threshold_from_both_sides(change, expected):
+  assert _verdict(positions.get_config("quick"), **change)[1] == expected
+
+
+@pytest.mark.parametrize("raw, passes", [(0.8 / 6, True), (0.8 / 6 - 0.001, False)])
+def test_a_model_that_did_not_learn_what_to_copy_makes_it_inconclusive(raw, passes):
+  config = positions.get_config("quick")
+  adjusted = protocol.adjust(raw, _chance(config))
+  controls, _, verdict = _verdict(config, none__6=adjusted)
+  assert controls == [passes] and verdict == ("PASS" if passes else "INCONCLUSIVE")
+
+
+def test_tiny_run_trains_every_table(tmp_path):
+  config = positions.get_config("tiny")
+  result = protocol.run(positions, config, str(tmp_path), "tiny", log=lambda text: None)
+  assert result.verdict in report.VERDICTS
+  assert len(result.controls) == 1 and len(result.criteria) == 3
+  assert len(result.runs) == 3 * len(config.seeds) * len(config.learning_rates)
+  assert result.metrics["chance"]["c=3"] == pytest.approx(1 / (config.vocab_size - 2))
+  for plot in result.plots:
+    assert os.path.getsize(tmp_path / plot) > 1000
