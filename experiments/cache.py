@@ -31,7 +31,7 @@ bytes per token beats it by more than 0.05 adjusted accuracy.
   python -m experiments.cache --size full --workdir runs/cache_full
 
 Sizes: quick (`make run`): D=64, H=2, 2 layers, bilinear and r in {1, 16}, MQAR V=64 L=16
-K=4, 3 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
+K=4, 3 seeds at lr 3e-3, up to 300 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
 a larger vocabulary), r in {1, 2, 4, 16, 64}, 3 seeds x lr {1e-3, 3e-3}, up to 1,500 steps.
 accel: D=256, r in {2, 8, 32, 64, 256}, MQAR V=1024 L=128 K=16. Measured numbers:
 docs/experiments.md.
@@ -83,7 +83,7 @@ def get_config(size="quick"):
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = 400  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.total_steps = 300  # upper bound per arm; every replica stops at early_stop_accuracy
   c.warmup_steps = 50
   c.eval_every = 100
   c.early_stop_accuracy = 0.99
@@ -259,6 +259,14 @@ def cheapest(rows):
 # --- measured caches ----------------------------------------------------------------------
 
 
+def test_prompts(config):
+  """The first `decode_batch` test inputs of the experiment's MQAR task, int32 [B, L]."""
+  from jaxformer import data
+
+  test = data.get_dataset(harness.mqar_task(config), "test")
+  return harness.read_inputs(test, range(config.decode_batch))
+
+
 def measure_cache(model, params, prompts_BL):
   """Prefills the prompts into a fresh cache; bytes of all, key and value arrays."""
   cache = decode.init_cache(model, prompts_BL.shape[0], prompts_BL.shape[1])
@@ -328,12 +336,8 @@ def criteria(metrics, config):
 
 
 def measure(config, trained, workdir):
-  from jaxformer import data  # the test prompts the caches are filled with
-
   key = setting(config)
-  prompts_BL = harness.read_inputs(
-    data.get_dataset(harness.mqar_task(config), "test"), range(config.decode_batch)
-  )
+  prompts_BL = test_prompts(config)
   measured, formula = {}, {}
   for name in models(config):
     arm = trained.get(name, key)

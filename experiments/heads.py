@@ -27,7 +27,7 @@ heads of the grid by more than 0.05 adjusted accuracy.
   python -m experiments.heads --size full --workdir runs/heads_full
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
-heads at H = 4, MQAR V=64 L=16 K=4, 3 seeds at lr 3e-3, up to 400 steps. full: H in
+heads at H = 4, MQAR V=64 L=16 K=4, 3 seeds at lr 3e-3, up to 300 steps. full: H in
 {1, 2, 4, 8, 16} on MQAR V=64 L=32 K=8, 3 seeds x lr {1e-3, 3e-3}, up to 1,000 steps. A sizing
 run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
@@ -36,12 +36,10 @@ at 1.0. Measured numbers: docs/experiments.md.
 import sys
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
-from jaxformer import decode
+from experiments import cache, harness, protocol, report, run_all
 
 NAME = "heads"
 CLAIM = (
@@ -74,7 +72,7 @@ def get_config(size="quick"):
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = 400  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.total_steps = 300  # upper bound per arm; every replica stops at early_stop_accuracy
   c.warmup_steps = 50
   c.eval_every = 100
   c.early_stop_accuracy = 0.99
@@ -146,19 +144,6 @@ def arms(config):
   ]
 
 
-def value_cache_bytes(model, params, tokens_BL):
-  """Bytes of the value arrays in a real decoding cache (jaxformer.decode) after a prefill
-  of tokens_BL: every layer's 'values' leaf (keys and position counters left out)."""
-  cache = decode.init_cache(model, tokens_BL.shape[0], tokens_BL.shape[1])
-  prefill = jax.jit(lambda p, c, t: decode.decode_step(model, p, c, t))
-  _, cache = prefill(params, cache, jnp.asarray(tokens_BL))
-  leaves = jax.tree_util.tree_leaves_with_path(cache)
-  values = [leaf for path, leaf in leaves if getattr(path[-1], "key", None) == "values"]
-  if len(values) != len(model.layers):
-    raise ValueError(f"expected one 'values' cache per layer, found {len(values)}")
-  return decode.cache_bytes(values)
-
-
 def mixer_params(params):
   """Parameters of one layer's mixer (scorer + valuer), counted from the real arrays."""
   return int(sum(np.size(x) for x in jax.tree.leaves(params["layers_0"]["mixer"])))
@@ -215,18 +200,14 @@ def criteria(metrics, config):
 
 
 def measure(config, trained, workdir):
-  from jaxformer import data  # the test prompts the caches are filled with
-
   key = setting(config)
-  prompts_BL = harness.read_inputs(
-    data.get_dataset(harness.mqar_task(config), "test"), range(config.decode_batch)
-  )
+  prompts_BL = cache.test_prompts(config)  # the same MQAR task and prompt count fields
   value_bytes, params_count = {}, {}
   for name in models(config):
     arm = trained.get(name, key)
     params = arm.params()
     if params:  # none when every point diverged
-      value_bytes[name] = value_cache_bytes(arm.model(), params[0], prompts_BL)
+      value_bytes[name] = cache.measure_cache(arm.model(), params[0], prompts_BL)["values"]
       params_count[name] = mixer_params(params[0])
   tokens = config.decode_batch * config.seq_len * config.num_layers
   adj = trained.metrics()["adjusted"]

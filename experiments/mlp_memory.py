@@ -102,7 +102,7 @@ def get_config(size="quick"):
   c.batch_size = 32
   c.total_steps = 300
   c.warmup_steps = 50
-  c.eval_every = 100
+  c.eval_every = 300  # no early stop on text: one eval at the end is all selection reads
   c.probe_seed = 0  # picks the probe's windows and random directions
   if size == "tiny":  # the tests: seconds
     c.corpus = "jaxformer/math/*.py"
@@ -112,12 +112,12 @@ def get_config(size="quick"):
   elif size == "full":
     c.widths = (64, 256)
     c.learning_rates = (1e-3, 3e-3)
-    c.total_steps, c.fold_steps, c.eval_every = 1500, 500, 250
+    c.total_steps, c.fold_steps, c.eval_every = 1500, 500, 1500
   elif size == "accel":
     c.seq_len, c.stride, c.d_model, c.num_heads, c.num_layers = 256, 64, 256, 4, 4
     c.widths, c.fold_steps, c.probe_sequences = (256, 1024), 2000, 4096
     c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 64, 5000, 500, 200
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 64, 5000, 5000, 200
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
   return c
@@ -220,10 +220,14 @@ def max_bias(params):
   return float(max(values))
 
 
-def folds(model, params_per_seed, tokens_BL):
-  """Per seed: the worst layer's residual of each fold (mlp_controls.fold_residuals)."""
+def cached_run(model):
+  """run_with_cache of `model`, jitted once, keeping what the folds and the probe read."""
   names = ["*/resid_pre", "*/mixer/head_outputs", "*/ffn/mlp_pre"]
-  run = jax.jit(functools.partial(run_with_cache, model, names=names))
+  return jax.jit(functools.partial(run_with_cache, model, names=names))
+
+
+def folds(run, params_per_seed, tokens_BL):
+  """Per seed: the worst layer's residual of each fold (mlp_controls.fold_residuals)."""
   out = {"mixer": [], "mixer_and_skip": []}
   for params in params_per_seed:
     _, cache = run({"params": params}, tokens_BL)
@@ -233,23 +237,26 @@ def folds(model, params_per_seed, tokens_BL):
   return out
 
 
-def pre_activations(run, params, inputs_NL, batch_size=64):
-  """The probed layer's MLP pre-activations [N, L, F] over the windows, in batches."""
+def pre_activations(run, params, inputs_NL, layer, batch_size):
+  """Layer `layer`'s MLP pre-activations [N, L, F] over the windows, in batches of one shape
+  (N a multiple of batch_size: one compiled program)."""
+  name = f"layers_{layer}/ffn/mlp_pre"
   parts = [
-    np.asarray(run({"params": params}, inputs_NL[i : i + batch_size]))
+    np.asarray(run({"params": params}, inputs_NL[i : i + batch_size])[1][name])
     for i in range(0, len(inputs_NL), batch_size)
   ]
   return np.concatenate(parts)
 
 
-def probe_seed(run, params, untrained, layer, windows, rng, k):
+def probe_seed(run, params, untrained, layer, windows, rng, k, batch_size):
   """Key-side bigram rates and value-side agreements: units, random directions, untrained."""
   inputs_NL, targets_NL = windows
-  pre_NLF = pre_activations(run, params, inputs_NL)
+  batch = functools.partial(pre_activations, layer=layer, batch_size=batch_size)
+  pre_NLF = batch(run, params, inputs_NL)
   units = mlp_controls.top_positions(pre_NLF, k)
   random_keys = mlp_controls.random_directions(rng, pre_NLF.shape[-1], pre_NLF.shape[-1])
   shuffled = mlp_controls.top_positions(pre_NLF @ random_keys, k)
-  cold = mlp_controls.top_positions(pre_activations(run, untrained, inputs_NL), k)
+  cold = mlp_controls.top_positions(batch(run, untrained, inputs_NL), k)
   promoted = mlp_probe.value_tokens(params, layer, k=1)["tokens"][:, 0]
   w2 = params[f"layers_{layer}"]["ffn"]["w2"]
   random_values = mlp_controls.random_directions(rng, w2.shape[1], w2.shape[0]).T
@@ -282,25 +289,29 @@ def measure(config, trained, workdir):
   rng = np.random.default_rng(config.probe_seed)
   fold_rows = rng.choice(len(train_ds), min(config.fold_sequences, len(train_ds)), replace=False)
   fold_tokens, _ = read_windows(train_ds, fold_rows)
-  fold, bias = {}, {}
+  fold, bias, runs = {}, {}, {}
   for cell, name in fold_models(config).items():
     arm = trained.get(name, SETTING)
     params = arm.params()
-    fold[cell_name(*cell)] = folds(arm.model(), params, fold_tokens)
+    runs[cell] = cached_run(arm.model())
+    fold[cell_name(*cell)] = folds(runs[cell], params, fold_tokens)
     bias[cell_name(*cell)] = [max_bias(p) for p in params]
 
-  # The probe: the last layer of the widest W2 model, each seed against its controls.
+  # The probe: the last layer of the widest W2 model (the (single, pre) cell's program), each
+  # seed against its controls, in batches shaped like the fold's.
   arm = trained.get(w2_name(max(config.widths)), SETTING)
-  model, layer = arm.model(), config.num_layers - 1
-  count = min(config.probe_sequences, len(train_ds))
+  model, layer, batch = arm.model(), config.num_layers - 1, len(fold_rows)
+  count = max(batch, min(config.probe_sequences, len(train_ds)) // batch * batch)
   windows = read_windows(train_ds, rng.choice(len(train_ds), count, replace=False))
-  name = f"layers_{layer}/ffn/mlp_pre"
-  run = jax.jit(lambda p, t: run_with_cache(model, p, t, names=[name])[1][name])
   init = jax.jit(lambda key: nn.meta.unbox(model.init(key, windows[0][:1]))["params"])
   probes = []
   for seed, params in zip(config.seeds, arm.params(), strict=True):
     untrained = init(jax.random.key(seed))
-    probes.append(probe_seed(run, params, untrained, layer, windows, rng, config.top_k))
+    probes.append(
+      probe_seed(
+        runs[("single", "pre")], params, untrained, layer, windows, rng, config.top_k, batch
+      )
+    )
   metrics = {
     "fold": fold,
     "max_bias": bias,

@@ -32,7 +32,7 @@ tau (the tau with the best mean over seeds).
 
 Sizes: quick (`make run`): D=64, 1 head (r = 64), 2 layers, MQAR V=16 K=4, no layer norm:
 none at L in {16, 64}, softmax at L=64 (the three arms claims (a) and (b) need), 3 seeds at lr
-3e-3, up to 500 steps; no tau sweep (each tau is a compiled program of its own). full: LN none
+3e-3, up to 300 steps; no tau sweep (each tau is a compiled program of its own). full: LN none
 and pre x normalizers none / softmax x L in {16, 64, 256, 512}, and the tau sweep at r in
 {8, 32, 128}, L=64; 3 seeds x lr {1e-3, 3e-3}. Measured numbers: docs/experiments.md.
 """
@@ -86,7 +86,7 @@ def get_config(size="quick"):
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = 500  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.total_steps = 300  # upper bound per arm; every replica stops at early_stop_accuracy
   c.warmup_steps = 50
   c.eval_every = 100
   c.early_stop_accuracy = 0.99
