@@ -27,7 +27,7 @@ heads of the grid by more than 0.05 adjusted accuracy.
   python -m experiments.heads --size full --workdir runs/heads_full
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
-heads at H = 4, MQAR V=64 L=16 K=4, 3 seeds at lr 3e-3, up to 300 steps. full: H in
+heads at H = 4, MQAR V=64 L=16 K=4, 3 seeds at lr 3e-3, up to 400 steps. full: H in
 {1, 2, 4, 8, 16} on MQAR V=64 L=32 K=8, 3 seeds x lr {1e-3, 3e-3}, up to 1,000 steps. A sizing
 run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
@@ -72,7 +72,7 @@ def get_config(size="quick"):
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = 300  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.total_steps = 400  # upper bound per arm; every replica stops at early_stop_accuracy
   c.warmup_steps = 50
   c.eval_every = 100
   c.early_stop_accuracy = 0.99

@@ -496,12 +496,13 @@ def _plot(config, trained, fold, metrics, workdir):
   ax_loss.set_xticks(range(len(names)), names)
   ax_loss.set(ylabel="eval loss (nats / char; points: seeds)", title="W2 and width")
   cells = list(fold)
-  for kind, marker in (("mixer", "o"), ("mixer_and_skip", "s")):
+  for j, (kind, label) in enumerate((("mixer", "o C + c"), ("mixer_and_skip", "x A + o C + c"))):
     for i, cell in enumerate(cells):
       values = np.maximum(fold[cell][kind], 1e-12)
       ax_fold.scatter(
-        [i] * len(values), values, marker=marker, s=18, label=kind if i == 0 else None
+        [i + 0.15 * j] * len(values), values, s=18, color=f"C{j}", label=label if i == 0 else None
       )
+  ax_fold.axhline(EXACT, color="gray", linestyle=":")
   ax_fold.set_xticks(range(len(cells)), [c.replace(", ", "\n") for c in cells], fontsize=7)
   ax_fold.set(yscale="log", ylabel="relative residual of the best fold", title="W1 folded")
   ax_fold.legend(fontsize="small")

@@ -70,11 +70,11 @@ def test_the_arms_are_the_grid_the_claims_need():
   names = [(a.model, a.setting) for a in normalization.arms(config)]
   assert names == [("none", "LN=none L=16"), ("none", "LN=none L=64"), ("softmax", "LN=none L=64")]
   full = normalization.arms(normalization.get_config("full"))
-  assert len(full) == 2 * 2 * 4 + 3 * 3
+  assert len(full) == 2 * (3 + 1) + 3 * 3  # none at every L, softmax at the longest
   taus = {a.model: a.fields["temperature"] for a in full if a.model.startswith("softmax r=")}
   assert taus["softmax r=8 tau=1sqrt(r)"] is None  # the rung's own default, sqrt(r)
   assert taus["softmax r=32 tau=4sqrt(r)"] == 4 * math.sqrt(32)
-  bare = next(a for a in full if a.setting == "LN=none L=512")
+  bare = next(a for a in full if a.setting == "LN=none L=256")
   assert bare.fields["norm"] == "none" and bare.fields["final_norm"] is False
 
 
