@@ -410,6 +410,16 @@ def controls(metrics, config):
   return out
 
 
+def _beats_controls(description, side, margin, what):
+  """Per seed: the units' statistic - the larger of the two controls' >= margin."""
+  gaps = [
+    u - max(r, c) for u, r, c in zip(side["units"], side["random"], side["untrained"], strict=True)
+  ]
+  return report.every_seed(
+    description, gaps, lambda g: g >= margin, **{f"{what} {who}": v for who, v in side.items()}
+  )
+
+
 def criteria(metrics, config):
   loss = metrics["eval_loss"]
   d, fold = config.d_model, metrics["fold"]
@@ -461,27 +471,20 @@ def criteria(metrics, config):
       lambda r: r >= NORM_COST,
     ),
   ]
-  keys, values = metrics["probe_keys"], metrics["probe_values"]
   out += [
-    report.every_seed(
+    _beats_controls(
       f"(f) keys: the units' top-{config.top_k} contexts end in one bigram more often than the "
       f"controls' (random directions, untrained model), by >= {PATTERN_MARGIN}",
-      [
-        u - max(r, c)
-        for u, r, c in zip(keys["units"], keys["random"], keys["untrained"], strict=True)
-      ],
-      lambda g: g >= PATTERN_MARGIN,
-      **{f"bigram rate {who}": v for who, v in keys.items()},
+      metrics["probe_keys"],
+      PATTERN_MARGIN,
+      "bigram rate",
     ),
-    report.every_seed(
+    _beats_controls(
       f"(g) values: the token a unit's value promotes is the next token of its top contexts "
       f"more often than the controls', by >= {VALUE_MARGIN}",
-      [
-        u - max(r, c)
-        for u, r, c in zip(values["units"], values["random"], values["untrained"], strict=True)
-      ],
-      lambda g: g >= VALUE_MARGIN,
-      **{f"agreement {who}": v for who, v in values.items()},
+      metrics["probe_values"],
+      VALUE_MARGIN,
+      "agreement",
     ),
   ]
   return out
