@@ -1,51 +1,84 @@
 """Experiment 9 (docs/reconstruction.md section 8): the MLP is a key-value memory -> W1, W2.
 
-mlp(x) = sum_f sigma(x . k_f + b_f) v_f: rows of W1 are keys, rows of W2 the values written
-into the residual stream (Geva et al. 2021). Measured here:
-1. quality with and without W2: `mlp_kv` with W2 (F = 4D hidden units, each writing any
-   vector) vs without (each unit writes one coordinate, so F = D), as eval loss of a
-   character-level language model on this repository's own Python source;
-2. W1 absorption: in the single-skip block O = x + mlp(mix(x)) the MLP sees only the
-   mixer's output o Wo, so W1 folds into every Wo_j (one matrix Wo_j W1); in the split-skip
-   block with a norm between (the `transformer` rung) it sees LN(x + o Wo) and the folded
-   form misses. The gap is measured on real blocks, initialized and trained;
-3. what the keys match: the top-activating training contexts of MLP units of the trained
-   W2 model (jaxformer.analysis.mlp_probe), a few units shown as a table.
+mlp(x) = sum_f sigma(x . k_f + b_f) v_f + b2: columns of W1 are keys, rows of W2 the values
+written into the residual stream (Geva et al. 2021). On a character-level language model of this
+repository's own Python source, three questions:
 
-  python -m experiments.mlp_memory --workdir runs/mlp_memory            # cpu, ~1 min
-  python -m experiments.mlp_memory --size accel --workdir runs/mlp_memory_accel
+  W2        two claims kept apart, each at one factor: at equal width F = D, with W2 (each unit
+            writes any vector) vs without (unit f writes coordinate f); and with W2, F = D vs
+            F = 4D (more memories). Eval loss per seed.
+  W1 fold   a 2 x 2 of {single, split skip} x {no norm, pre-norm} (rung `mlp_kv`, biases on,
+            trained): the best linear fold of W1 into the mixing output, by least squares over
+            real activations (jaxformer.analysis.absorption.fit, biases included), two ways:
+            into the heads' outputs alone (W1 absorbed into Wo: pre ~ o C + c), and also
+            allowing a matrix on the block input (pre ~ x A + o C + c, the split skip's x W1).
+            The algebra: a single skip's MLP reads o Wo + bo, so W1 folds exactly, and a
+            pre-norm changes nothing there (it normalizes the mixer's input, not what W1
+            reads); a split skip's MLP reads x + o Wo + bo, so the fold needs W1 itself on the
+            skip path (what the split skip costs); with a layer norm between them no linear
+            fold is exact (what the norm costs).
+  probe     per unit of the last layer of the widest W2 model: its top-k contexts (key side) and
+            the token its value vector promotes through the unembedding (value side), against
+            two controls: the same model's random directions (random combinations of the
+            units' pre-activations; random value vectors) and an untrained model of the same
+            architecture. Key side: the rate at which a unit's top contexts end in one bigram;
+            value side: how often the promoted token is the next token of its top contexts.
 
-cpu: D=64, 2 layers, pre-norm, L=32, 400 steps. Measured (seed 0): eval loss 2.66 with W2
-against 2.70 without; absorption gap ~4e-7 (float rounding) in the single-skip block,
-0.90 in the split block; top-5 contexts share their current character at a rate of 0.68
-against 0.30 for random positions.
-accel: D=256, 4 layers, L=256, 5000 steps on the same corpus; not yet measured.
+Controls (else INCONCLUSIVE): each model of the W2 claims learns (chance-adjusted next-character
+accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model are non-zero
+(max |bo|, |b1| >= 1e-3, every seed). Claims, every seed (paired by seed):
+(a) W2 at equal width: eval loss without W2 - with W2 (F = D) >= 0.02 nats/char;
+(b) with W2, F = 4D - F = D: eval loss of F = D - of F = 4D >= 0.02 (sizes with F = 4D);
+(c) single skip, no norm and pre-norm: the fold into the mixer leaves a relative residual
+    <= 1e-4 (exact) in every layer;
+(d) split skip, no norm: the fold into the mixer alone leaves >= 0.05, the fold with x A
+    <= 1e-4: exact only by keeping W1 on the skip path;
+(e) split skip with a layer norm: even the fold with x A leaves >= 0.02;
+(f) key side: bigram rate of the units - the larger of the two controls' >= 0.1;
+(g) value side: agreement of the units - the larger of the two controls' >= 0.05.
+
+  python -m experiments.mlp_memory --workdir runs/mlp_memory                 # quick
+  python -m experiments.mlp_memory --size full --workdir runs/mlp_memory_full
+
+Sizes: quick (`make run`): D=64, 2 heads, 2 layers, L=32; W2 claim (a) at F = D, the fold
+models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3 seeds at lr 3e-3, 300
+steps (the other fold cells 100). full: F in {D, 4D} (claim (b)), fold models at 4D, 3 seeds x
+lr {1e-3, 3e-3}, 1,500 steps (fold cells 500). Measured numbers: docs/experiments.md.
 """
 
-import collections
+import functools
 import os
 import sys
 
-import jax.numpy as jnp
+import flax.linen as nn
+import jax
 import ml_collections
 import numpy as np
 
-from experiments import harness, report, run_all
-from jaxformer import data, ladder
-from jaxformer.math import mlp as mlp_math
+from experiments import harness, protocol, report, run_all
+from jaxformer import data
+from jaxformer.analysis import mlp_controls, mlp_probe
+from jaxformer.analysis.cache import run_with_cache
 
 NAME = "mlp_memory"
 CLAIM = (
-  "W2 lets MLP units write any value (lower loss than without W2); W1 absorbs into Wo in "
-  "the single-skip block but not in the split-skip block; trained units' keys match "
-  "patterns in their top-activating training contexts."
+  "W2 lets MLP units write any vector (lower loss at equal width) and more units lower it "
+  "further; W1 folds into the mixer exactly in the single skip, the split skip keeps W1 on "
+  "its skip path and the layer norm between leaves no exact fold; trained units' keys and "
+  "values match their contexts beyond an untrained model and random directions."
 )
+CELLS = (("single", "none"), ("single", "pre"), ("split", "none"), ("split", "pre"))
+NORMS = {"none": {"norm": "none", "final_norm": False}, "pre": {"norm": "pre", "final_norm": True}}
 
 # The criterion, stated from the spec's claim before any result was seen.
-LOSS_MARGIN = 0.02  # eval loss (nats / char) without W2 - with W2 >= this
-SINGLE_GAP = 1e-4  # relative absorption gap in the single-skip block <= this
-SPLIT_GAP = 1e-2  # relative absorption gap in the split-skip block >= this
-PATTERN_MARGIN = 0.2  # top-k contexts' shared-character rate - random positions' >= this
+CONTROL_LEARNS = 0.2  # adjusted next-character accuracy of each W2-claim model >= this
+CONTROL_BIAS = 1e-3  # max |bo|, |b1| of every fold model >= this
+LOSS_MARGIN = 0.02  # (a), (b): eval loss difference >= this, nats / char
+EXACT = 1e-4  # (c), (d): a fold residual <= this is exact
+SKIP_COST = 0.05  # (d): the mixer-only fold of the split skip leaves >= this
+NORM_COST = 0.02  # (e): the fold with x A across a layer norm leaves >= this
+PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
+VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 
 def get_config(size="quick"):
@@ -54,28 +87,45 @@ def get_config(size="quick"):
   c.seq_len = 32  # L: characters per example
   c.stride = 16  # window start step (overlapping windows: more examples)
   c.d_model = 64  # D
-  c.d_ff = 256  # F with W2 (without W2, F = D)
-  c.num_layers = 2
   c.num_heads = 2
-  c.total_steps = 400
-  c.eval_every = 200
-  c.batch_size = 32
-  c.learning_rate = 3e-3
-  c.top_k = 5  # contexts per unit
+  c.num_layers = 2
+  c.widths = (64,)  # F of the W2 models; F = D is also trained without W2
+  c.fold_steps = 100  # steps of the fold cells other than (single, pre-norm)
+  c.fold_sequences = 64  # training windows the folds are fitted on (x L positions)
+  c.top_k = 10  # contexts per unit
   c.probe_sequences = 512  # training windows scanned by the probe
   c.shown_units = 4  # units listed in the report's table
   c.context_chars = 16  # characters of context shown before the marked one
-  c.seed = 0
-  if size == "tiny":
+  c.seeds = (0, 1, 2)
+  c.learning_rates = (3e-3,)
+  c.weight_decays = (0.1,)
+  c.batch_size = 32
+  c.total_steps = 300
+  c.warmup_steps = 50
+  c.eval_every = 300  # no early stop on text: one eval at the end is all selection reads
+  c.probe_seed = 0  # picks the probe's windows and random directions
+  if size == "tiny":  # the tests: seconds
     c.corpus = "jaxformer/math/*.py"
-    c.seq_len, c.stride, c.d_model, c.d_ff = 16, 16, 16, 32
-    c.total_steps, c.eval_every, c.batch_size, c.probe_sequences = 4, 2, 16, 32
+    c.seq_len, c.stride, c.d_model, c.widths, c.num_layers = 16, 16, 16, (16,), 1
+    c.seeds, c.total_steps, c.fold_steps, c.eval_every, c.warmup_steps = (0, 1), 4, 2, 2, 1
+    c.batch_size, c.fold_sequences, c.probe_sequences, c.top_k = 8, 16, 32, 4
+  elif size == "full":
+    c.widths = (64, 256)
+    c.learning_rates = (1e-3, 3e-3)
+    c.total_steps, c.fold_steps, c.eval_every = 1500, 500, 1500
   elif size == "accel":
-    c.seq_len, c.stride, c.d_model, c.d_ff, c.num_layers, c.num_heads = 256, 64, 256, 1024, 4, 4
-    c.total_steps, c.eval_every, c.batch_size, c.probe_sequences = 5000, 500, 64, 4096
-  elif size not in ("quick", "full"):  # both are the cpu size until redesigned
-    raise ValueError(f"size={size!r}: expected tiny, cpu or accel")
+    c.seq_len, c.stride, c.d_model, c.num_heads, c.num_layers = 256, 64, 256, 4, 4
+    c.widths, c.fold_steps, c.probe_sequences = (256, 1024), 2000, 4096
+    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 64, 5000, 5000, 200
+  elif size != "quick":
+    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
   return c
+
+
+def check(config):
+  if config.d_model not in config.widths:
+    raise ValueError(f"widths={config.widths}: must hold F = D = {config.d_model} (claim a)")
 
 
 def task_spec(config):
@@ -83,218 +133,392 @@ def task_spec(config):
   return f"text:path={path},level=char,seq_len={config.seq_len},stride={config.stride}"
 
 
-def model_overrides(config, vocab_size, w2):
-  return harness.model_fields(
-    config,
-    vocab_size=vocab_size,
-    num_heads=config.num_heads,
-    d_ff=config.d_ff if w2 else config.d_model,
-    mlp_w2=w2,
+SETTING = "text"
+
+
+def w2_name(width, w2=True):
+  return f"F={width}" + (" W2" if w2 else " no W2")
+
+
+def cell_name(skip, norm):
+  return f"{skip} skip, LN {norm}"
+
+
+def fold_models(config):
+  """(skip, norm) -> the model name trained for that cell: (single, pre) is the widest W2
+  model (the same fields), the others are trained for the fold alone."""
+  widest = w2_name(max(config.widths))
+  return {cell: widest if cell == ("single", "pre") else cell_name(*cell) for cell in CELLS}
+
+
+def fields(config, vocab_size, width, w2=True, skip="single", norm="pre"):
+  return (
+    harness.model_fields(
+      config,
+      vocab_size=vocab_size,
+      max_len=config.seq_len,
+      num_heads=config.num_heads,
+      d_ff=width,
+      mlp_w2=w2,
+      use_bias=True,  # the fold must carry bo W1 + b1
+      skip=skip,
+    )
+    | NORMS[norm]
   )
 
 
-# --- W1 absorption -----------------------------------------------------------------------
-
-
-def block_io(model, params, tokens_BL):
-  """Per layer: (its params, its input x_BLD, head outputs o_BLHK, its output) from one pass."""
-  _, inter = harness.intermediates(model, params, tokens_BL)
-  out, x = [], inter["embedded"][0]
-  for i in range(len([k for k in inter if k.startswith("layers_")])):
-    tree = inter[f"layers_{i}"]
-    y = tree["resid_post"][0]
-    out.append((params[f"layers_{i}"], x, tree["mixer"]["head_outputs"][0], y))
-    x = y
+def arms(config):
+  check(config)
+  task = task_spec(config)
+  vocab = data.get_dataset(task, "train").vocab_size
+  out = [
+    protocol.Arm(
+      w2_name(config.d_model, False),
+      SETTING,
+      "mlp_kv",
+      task,
+      fields(config, vocab, config.d_model, w2=False),
+    )
+  ]
+  out += [
+    protocol.Arm(w2_name(w), SETTING, "mlp_kv", task, fields(config, vocab, w))
+    for w in config.widths
+  ]
+  for (skip, norm), name in fold_models(config).items():
+    if name == cell_name(skip, norm):
+      out.append(
+        protocol.Arm(
+          name,
+          SETTING,
+          "mlp_kv",
+          task,
+          fields(config, vocab, max(config.widths), skip=skip, norm=norm),
+          train={"total_steps": config.fold_steps},
+        )
+      )
   return out
 
 
-def absorbed_output(layer, x_BLD, o_BLHK, activation, split):
-  """The block's output with W1 folded into Wo: the MLP reads o_BLHK (Wo_j W1) directly.
-
-  single: x + W2 sigma(o (Wo W1) + bo W1 + b1) + b2 (exact if the MLP sees only o Wo + bo);
-  split:  the same MLP on top of h = x + o Wo + bo (what the split skip adds back).
-  """
-  valuer, ffn = layer["mixer"]["valuer"], layer["ffn"]
-  wo_w1_HKF = jnp.einsum("HKD,DF->HKF", valuer["wo"], ffn["w1"])
-  bo = valuer.get("bo", jnp.zeros(x_BLD.shape[-1]))  # biases only with use_bias
-  b1, b2 = ffn.get("b1", 0.0), ffn.get("b2", 0.0)
-  hidden_BLF = jnp.einsum("BLHK,HKF->BLF", o_BLHK, wo_w1_HKF) + bo @ ffn["w1"] + b1
-  mlp_BLD = mlp_math.ACTIVATIONS[activation](hidden_BLF) @ ffn["w2"] + b2
-  base_BLD = x_BLD
-  if split:
-    base_BLD = x_BLD + jnp.einsum("BLHK,HKD->BLD", o_BLHK, valuer["wo"]) + bo
-  return base_BLD + mlp_BLD
+# --- measurements of the trained models ---------------------------------------------------
 
 
-def absorption_gap(rung, model_config, params, tokens_BL):
-  """max over layers of max |absorbed - actual| / max |actual - x| (the block's update)."""
-  model = ladder.build(rung, model_config)
-  split = model_config.skip == "split"
-  gaps = []
-  for layer, x, o, y in block_io(model, params, tokens_BL):
-    attempt = absorbed_output(layer, x, o, model_config.activation, split)
-    gaps.append(float(jnp.max(jnp.abs(attempt - y)) / jnp.max(jnp.abs(y - x))))
-  return max(gaps)
+def read_windows(dataset, indices):
+  """int32 (inputs [N, L], targets [N, L]) of training windows `indices` (one read)."""
+  records = dataset.source.__getitems__([int(i) for i in indices])
+  return tuple(
+    np.stack([np.asarray(r[k]) for r in records]).astype(np.int32) for k in ("inputs", "targets")
+  )
 
 
-def absorption_config(rung, config, vocab_size):
-  model = ladder.default_config(rung)
-  with model.unlocked():
-    model.update(model_overrides(config, vocab_size, w2=True))
-    model.use_bias = True  # biases too must fold: bo W1 + b1
-  return model
+def max_bias(params):
+  """max |bo|, |b1| over the blocks: the biases the fold must carry."""
+  values = []
+  for layer, tree in params.items():
+    if layer.startswith("layers_"):
+      values.append(np.max(np.abs(tree["mixer"]["valuer"]["bo"])))
+      values.append(np.max(np.abs(tree["ffn"]["b1"])))
+  return float(max(values))
 
 
-# --- the probe -----------------------------------------------------------------------------
+def cached_run(model):
+  """run_with_cache of `model`, jitted once, keeping what the folds and the probe read."""
+  names = ["*/resid_pre", "*/mixer/head_outputs", "*/ffn/mlp_pre"]
+  return jax.jit(functools.partial(run_with_cache, model, names=names))
 
 
-def shared_char_rate(sequences_NL, seq_idx_FK, pos_idx_FK):
-  """Per unit: the fraction of its k contexts whose current token is the most common one."""
-  current_FK = sequences_NL[seq_idx_FK, pos_idx_FK]
-  rates = [collections.Counter(row.tolist()).most_common(1)[0][1] / len(row) for row in current_FK]
-  return np.asarray(rates)
+def folds(run, params_per_seed, tokens_BL):
+  """Per seed: the worst layer's residual of each fold (mlp_controls.fold_residuals)."""
+  out = {"mixer": [], "mixer_and_skip": []}
+  for params in params_per_seed:
+    _, cache = run({"params": params}, tokens_BL)
+    per_layer = mlp_controls.fold_residuals(jax.device_get(cache))
+    for kind in out:
+      out[kind].append(max(r[kind] for r in per_layer.values()))
+  return out
 
 
-def context_text(dataset, sequence_L, position, chars):
+def pre_activations(run, params, inputs_NL, layer, batch_size):
+  """Layer `layer`'s MLP pre-activations [N, L, F] over the windows, in batches of one shape
+  (N a multiple of batch_size: one compiled program)."""
+  name = f"layers_{layer}/ffn/mlp_pre"
+  parts = [
+    np.asarray(run({"params": params}, inputs_NL[i : i + batch_size])[1][name])
+    for i in range(0, len(inputs_NL), batch_size)
+  ]
+  return np.concatenate(parts)
+
+
+def probe_seed(run, params, untrained, layer, windows, rng, k, batch_size):
+  """Key-side bigram rates and value-side agreements: units, random directions, untrained."""
+  inputs_NL, targets_NL = windows
+  batch = functools.partial(pre_activations, layer=layer, batch_size=batch_size)
+  pre_NLF = batch(run, params, inputs_NL)
+  units = mlp_controls.top_positions(pre_NLF, k)
+  random_keys = mlp_controls.random_directions(rng, pre_NLF.shape[-1], pre_NLF.shape[-1])
+  shuffled = mlp_controls.top_positions(pre_NLF @ random_keys, k)
+  cold = mlp_controls.top_positions(batch(run, untrained, inputs_NL), k)
+  promoted = mlp_probe.value_tokens(params, layer, k=1)["tokens"][:, 0]
+  w2 = params[f"layers_{layer}"]["ffn"]["w2"]
+  random_values = mlp_controls.random_directions(rng, w2.shape[1], w2.shape[0]).T
+  swapped = jax.tree.map(lambda x: x, params)
+  swapped[f"layers_{layer}"]["ffn"]["w2"] = random_values
+  random_promoted = mlp_probe.value_tokens(swapped, layer, k=1)["tokens"][:, 0]
+  cold_promoted = mlp_probe.value_tokens(untrained, layer, k=1)["tokens"][:, 0]
+
+  def rate(tops):
+    return float(mlp_controls.suffix_rate(inputs_NL, *tops, n=2).mean())
+
+  def agree(tops, promoted_F):
+    return float(mlp_controls.next_token_agreement(targets_NL, *tops, promoted_F).mean())
+
+  return {
+    "keys": {"units": rate(units), "random": rate(shuffled), "untrained": rate(cold)},
+    "keys_unigram": float(mlp_controls.suffix_rate(inputs_NL, *units, n=1).mean()),
+    "values": {
+      "units": agree(units, promoted),
+      "random": agree(units, random_promoted),
+      "untrained": agree(cold, cold_promoted),
+    },
+    "tops": units,
+  }
+
+
+def measure(config, trained, workdir):
+  task = task_spec(config)
+  train_ds = data.get_dataset(task, "train")
+  rng = np.random.default_rng(config.probe_seed)
+  fold_rows = rng.choice(len(train_ds), min(config.fold_sequences, len(train_ds)), replace=False)
+  fold_tokens, _ = read_windows(train_ds, fold_rows)
+  fold, bias, runs = {}, {}, {}
+  for cell, name in fold_models(config).items():
+    arm = trained.get(name, SETTING)
+    params = arm.params()
+    runs[cell] = cached_run(arm.model())
+    fold[cell_name(*cell)] = folds(runs[cell], params, fold_tokens)
+    bias[cell_name(*cell)] = [max_bias(p) for p in params]
+
+  # The probe: the last layer of the widest W2 model (the (single, pre) cell's program), each
+  # seed against its controls, in batches shaped like the fold's.
+  arm = trained.get(w2_name(max(config.widths)), SETTING)
+  model, layer, batch = arm.model(), config.num_layers - 1, len(fold_rows)
+  count = max(batch, min(config.probe_sequences, len(train_ds)) // batch * batch)
+  windows = read_windows(train_ds, rng.choice(len(train_ds), count, replace=False))
+  init = jax.jit(lambda key: nn.meta.unbox(model.init(key, windows[0][:1]))["params"])
+  probes = []
+  for seed, params in zip(config.seeds, arm.params(), strict=True):
+    untrained = init(jax.random.key(seed))
+    probes.append(
+      probe_seed(
+        runs[("single", "pre")], params, untrained, layer, windows, rng, config.top_k, batch
+      )
+    )
+  metrics = {
+    "fold": fold,
+    "max_bias": bias,
+    "probe_keys": {k: [p["keys"][k] for p in probes] for k in ("units", "random", "untrained")},
+    "probe_keys_unigram": [p["keys_unigram"] for p in probes],
+    "probe_values": {k: [p["values"][k] for p in probes] for k in ("units", "random", "untrained")},
+  }
+  table = [
+    {"measurement": f"W1 fold into the mixer alone (o C + c), {cell}", "per seed": v["mixer"]}
+    for cell, v in fold.items()
+  ]
+  table += [
+    {
+      "measurement": f"W1 fold with the skip (x A + o C + c), {cell}",
+      "per seed": v["mixer_and_skip"],
+    }
+    for cell, v in fold.items()
+  ]
+  table += [{"measurement": f"max |bo|, |b1|, {cell}", "per seed": v} for cell, v in bias.items()]
+  for side, what in (
+    ("probe_keys", "bigram rate of top contexts"),
+    ("probe_values", "next-token agreement of the promoted token"),
+  ):
+    table += [
+      {"measurement": f"probe {what}: {who}", "per seed": metrics[side][who]}
+      for who in ("units", "random", "untrained")
+    ]
+  table += [
+    {
+      "measurement": "probe: top contexts sharing their current character (units)",
+      "per seed": metrics["probe_keys_unigram"],
+    }
+  ]
+  table += _examples(config, train_ds, windows[0], probes[0]["tops"], layer)
+  plots = [_plot(config, trained, fold, metrics, workdir)]
+  setup = (
+    f"char-level LM on `{config.corpus}` (V={train_ds.vocab_size}), L={config.seq_len}, "
+    f"D={config.d_model}, {config.num_heads} heads, {config.num_layers} layers, rung mlp_kv with "
+    f"biases; W2 models single skip + pre-norm, F in {list(config.widths)} (F = D also without "
+    f"W2); fold cells at F={max(config.widths)}, fitted on {len(fold_rows)} x {config.seq_len} "
+    f"training positions, the (single, pre) cell is the {w2_name(max(config.widths))} model. "
+    f"Probe: layer {layer} of {w2_name(max(config.widths))}, top-{config.top_k} contexts among "
+    f"{count} training windows; controls: {max(config.widths)} random directions of the same "
+    "pre-activations (key side) and random value vectors (value side), and an untrained model."
+  )
+  return protocol.Section(metrics=metrics, table=table, plots=plots, setup=setup)
+
+
+def _examples(config, dataset, inputs_NL, tops, layer):
+  """A few units of the first seed's model, each with its three top contexts."""
+  seq_FK, pos_FK = tops
+  return [
+    {
+      "measurement": f"seed {config.seeds[0]}, layer {layer} unit {unit}: top contexts",
+      "per seed": " / ".join(
+        _context(dataset, inputs_NL[s], p, config.context_chars)
+        for s, p in zip(seq_FK[unit, :3], pos_FK[unit, :3], strict=True)
+      ),
+    }
+    for unit in range(min(config.shown_units, seq_FK.shape[0]))
+  ]
+
+
+def _context(dataset, sequence_L, position, chars):
   before = dataset.decode(sequence_L[max(0, position - chars) : position])
   current = dataset.decode(sequence_L[position : position + 1])
   return (before + "[" + current + "]").replace("\n", "\\n").replace("|", "\\|")
 
 
+# --- the verdict --------------------------------------------------------------------------
+
+
+def _paired(a, b):
+  return [x - y for x, y in zip(a, b, strict=True)]
+
+
+def controls(metrics, config):
+  adj = metrics["adjusted"]
+  names = [w2_name(config.d_model, False)] + [w2_name(w) for w in config.widths]
+  out = [
+    report.every_seed(
+      f"{name} learns: adjusted next-character accuracy >= {CONTROL_LEARNS}",
+      adj[name][SETTING],
+      lambda a: a >= CONTROL_LEARNS,
+    )
+    for name in names
+  ]
+  out.append(
+    report.every_seed(
+      f"every fold model's trained biases are non-zero: max |bo|, |b1| >= {CONTROL_BIAS} (per "
+      "seed: the smallest over the four cells)",
+      [min(v) for v in zip(*metrics["max_bias"].values(), strict=True)],
+      lambda b: b >= CONTROL_BIAS,
+    )
+  )
+  return out
+
+
+def _beats_controls(description, side, margin, what):
+  """Per seed: the units' statistic - the larger of the two controls' >= margin."""
+  gaps = [
+    u - max(r, c) for u, r, c in zip(side["units"], side["random"], side["untrained"], strict=True)
+  ]
+  return report.every_seed(
+    description, gaps, lambda g: g >= margin, **{f"{what} {who}": v for who, v in side.items()}
+  )
+
+
 def criteria(metrics, config):
-  loss_gap = metrics["eval_loss"]["no_w2"] - metrics["eval_loss"]["w2"]
-  pattern = metrics["shared_char_rate"] - metrics["shared_char_rate_random"]
-  single = max(metrics["gap_single_init"], metrics["gap_single_trained"])
-  return [
-    report.Criterion(
-      f"W2 helps: eval loss without W2 - with W2 >= {LOSS_MARGIN} nats/char",
-      loss_gap >= LOSS_MARGIN,
-      {"loss_w2": metrics["eval_loss"]["w2"], "loss_no_w2": metrics["eval_loss"]["no_w2"]},
+  loss = metrics["eval_loss"]
+  d, fold = config.d_model, metrics["fold"]
+  out = [
+    report.every_seed(
+      f"(a) W2 at equal width F = D: eval loss without W2 - with W2 >= {LOSS_MARGIN} nats/char",
+      _paired(loss[w2_name(d, False)][SETTING], loss[w2_name(d)][SETTING]),
+      lambda g: g >= LOSS_MARGIN,
+    )
+  ]
+  for width in (w for w in config.widths if w > d):
+    out.append(
+      report.every_seed(
+        f"(b) more memories: eval loss with W2 at F = {d} - at F = {width} >= {LOSS_MARGIN}",
+        _paired(loss[w2_name(d)][SETTING], loss[w2_name(width)][SETTING]),
+        lambda g: g >= LOSS_MARGIN,
+      )
+    )
+  single = [
+    max(a, b)
+    for a, b in zip(
+      fold[cell_name("single", "none")]["mixer"],
+      fold[cell_name("single", "pre")]["mixer"],
+      strict=True,
+    )
+  ]
+  split, normed = fold[cell_name("split", "none")], fold[cell_name("split", "pre")]
+  out += [
+    report.every_seed(
+      f"(c) single skip, without and with a pre-norm: W1 folds into the mixer exactly "
+      f"(residual <= {EXACT})",
+      single,
+      lambda r: r <= EXACT,
     ),
-    report.Criterion(
-      f"W1 absorbs into Wo in the single-skip block: relative gap <= {SINGLE_GAP} "
-      "(initialized and trained)",
-      single <= SINGLE_GAP,
-      {"gap_init": metrics["gap_single_init"], "gap_trained": metrics["gap_single_trained"]},
+    report.every_seed(
+      f"(d) split skip, no norm: the fold into the mixer alone leaves >= {SKIP_COST}",
+      split["mixer"],
+      lambda r: r >= SKIP_COST,
     ),
-    report.Criterion(
-      f"it does not in the split-skip block with layer norm: relative gap >= {SPLIT_GAP}",
-      metrics["gap_split_init"] >= SPLIT_GAP,
-      {"gap": metrics["gap_split_init"]},
+    report.every_seed(
+      f"(d) split skip, no norm: with W1 kept on the skip path (x A) the fold is exact "
+      f"(<= {EXACT})",
+      split["mixer_and_skip"],
+      lambda r: r <= EXACT,
     ),
-    report.Criterion(
-      f"keys match patterns: top-{config.top_k} contexts share their current character more "
-      f"often than random positions, by >= {PATTERN_MARGIN}",
-      pattern >= PATTERN_MARGIN,
-      {
-        "top_rate": metrics["shared_char_rate"],
-        "random_rate": metrics["shared_char_rate_random"],
-      },
+    report.every_seed(
+      f"(e) split skip with a layer norm: even the fold with x A leaves >= {NORM_COST}",
+      normed["mixer_and_skip"],
+      lambda r: r >= NORM_COST,
     ),
   ]
+  out += [
+    _beats_controls(
+      f"(f) keys: the units' top-{config.top_k} contexts end in one bigram more often than the "
+      f"controls' (random directions, untrained model), by >= {PATTERN_MARGIN}",
+      metrics["probe_keys"],
+      PATTERN_MARGIN,
+      "bigram rate",
+    ),
+    _beats_controls(
+      f"(g) values: the token a unit's value promotes is the next token of its top contexts "
+      f"more often than the controls', by >= {VALUE_MARGIN}",
+      metrics["probe_values"],
+      VALUE_MARGIN,
+      "agreement",
+    ),
+  ]
+  return out
 
 
-def run(config, workdir):
-  from jaxformer.analysis import mlp_probe
-
-  task = task_spec(config)
-  train_ds = data.get_dataset(task, "train")
-  vocab = train_ds.vocab_size
-  eval_loss, eval_acc, summaries, cpu = {}, {}, {}, 0.0
-  for key, w2 in (("w2", True), ("no_w2", False)):
-    summary = harness.train(
-      "mlp_kv",
-      task,
-      model_overrides(config, vocab, w2),
-      **harness.schedule(config),
-    )
-    eval_loss[key] = float(summary["final_eval_loss"])
-    eval_acc[key] = harness.accuracy(summary)
-    summaries[key], cpu = summary, cpu + summary["cpu_seconds"]
-    print(
-      f"  mlp_kv {key:6s} eval_loss={eval_loss[key]:.4f} acc={eval_acc[key]:.3f} "
-      f"({harness.cost(summary)})",
-      flush=True,
-    )
-
-  # W1 absorption on real blocks: initialized single / split, and the trained single skip.
-  rng = np.random.default_rng(config.seed)
-  sample = harness.read_inputs(train_ds, rng.choice(len(train_ds), min(8, len(train_ds)), False))
-  gaps = {}
-  for key, rung in (("single", "mlp_kv"), ("split", "transformer")):
-    model_config = absorption_config(rung, config, vocab)
-    params = harness.init_params(ladder.build(rung, model_config), sample, config.seed)
-    gaps[f"gap_{key}_init"] = absorption_gap(rung, model_config, params, sample)
-  trained = summaries["w2"]
-  gaps["gap_single_trained"] = absorption_gap(
-    "mlp_kv", trained["config"].model, trained["params"], sample
-  )
-
-  # The probe: top-activating training contexts of the last layer's units.
-  count = min(config.probe_sequences, len(train_ds))
-  probe_rows = harness.read_inputs(train_ds, rng.choice(len(train_ds), count, replace=False))
-  layer = config.num_layers - 1
-  top = mlp_probe.top_contexts(
-    trained["model"], {"params": trained["params"]}, probe_rows, layer, k=config.top_k
-  )
-  rates = shared_char_rate(probe_rows, top["sequence"], top["position"])
-  random_seq = rng.integers(0, len(probe_rows), top["sequence"].shape)
-  random_pos = rng.integers(0, config.seq_len, top["sequence"].shape)
-  random_rates = shared_char_rate(probe_rows, random_seq, random_pos)
-  shown = np.argsort(-top["activations"][:, 0], kind="stable")[: config.shown_units]
-  table = []
-  for unit in shown:
-    for rank in range(min(3, config.top_k)):
-      s, p = top["sequence"][unit, rank], top["position"][unit, rank]
-      table.append(
-        {
-          "unit": f"layer {layer} unit {unit}",
-          "rank": rank + 1,
-          "activation": float(top["activations"][unit, rank]),
-          "context ([current char])": context_text(
-            train_ds, probe_rows[s], p, config.context_chars
-          ),
-        }
+def _plot(config, trained, fold, metrics, workdir):
+  fig = harness.figure(cols=3)
+  ax_loss, ax_fold, ax_probe = fig.subplots(1, 3)
+  names = [w2_name(config.d_model, False)] + [w2_name(w) for w in config.widths]
+  loss = trained.metrics()["eval_loss"]
+  protocol.spread(ax_loss, list(range(len(names))), [loss[n][SETTING] for n in names], "eval")
+  ax_loss.set_xticks(range(len(names)), names)
+  ax_loss.set(ylabel="eval loss (nats / char; points: seeds)", title="W2 and width")
+  cells = list(fold)
+  for j, (kind, label) in enumerate((("mixer", "o C + c"), ("mixer_and_skip", "x A + o C + c"))):
+    for i, cell in enumerate(cells):
+      values = np.maximum(fold[cell][kind], 1e-12)
+      ax_fold.scatter(
+        [i + 0.15 * j] * len(values), values, s=18, color=f"C{j}", label=label if i == 0 else None
       )
-
-  metrics = {
-    "eval_loss": eval_loss,
-    "eval_accuracy": eval_acc,
-    **gaps,
-    "shared_char_rate": float(rates.mean()),
-    "shared_char_rate_random": float(random_rates.mean()),
-    "vocab_size": vocab,
-    "train_cpu_seconds": cpu,
-  }
-  fig = harness.figure(cols=2)
-  ax_loss, ax_gap = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-  for key in ("w2", "no_w2"):
-    losses = np.asarray(summaries[key]["losses"])
-    smooth = np.convolve(losses, np.ones(20) / 20, mode="valid") if len(losses) >= 20 else losses
-    ax_loss.plot(smooth, label=f"{key} (eval {eval_loss[key]:.3f})")
-  ax_loss.set(xlabel="step", ylabel="train loss (nats/char)", title="mlp_kv with / without W2")
-  ax_loss.legend()
-  names = ["single\ninit", "single\ntrained", "split\ninit"]
-  values = [gaps["gap_single_init"], gaps["gap_single_trained"], gaps["gap_split_init"]]
-  ax_gap.bar(names, np.maximum(values, 1e-12))
-  ax_gap.set(yscale="log", ylabel="relative gap, absorbed vs actual", title="W1 absorbed into Wo")
-  plots = [harness.save(fig, workdir, f"{NAME}.png")]
-  setup = (
-    f"char-level LM on `{config.corpus}` (V={vocab}), L={config.seq_len}, D={config.d_model}, "
-    f"{config.num_layers} layers, F={config.d_ff} with W2 / F=D without, batch "
-    f"{config.batch_size}, {config.total_steps} steps at lr {config.learning_rate}, seed "
-    f"{config.seed}. Table: the {config.shown_units} units of layer {layer} with the largest "
-    f"top activation, their top contexts among {len(probe_rows)} training windows."
-  )
-  return report.Result(
-    experiment=NAME,
-    claim=CLAIM,
-    setup=setup,
-    criteria=criteria(metrics, config),
-    metrics=metrics,
-    table=table,
-    plots=plots,
-  )
+  ax_fold.axhline(EXACT, color="gray", linestyle=":")
+  ax_fold.set_xticks(range(len(cells)), [c.replace(", ", "\n") for c in cells], fontsize=7)
+  ax_fold.set(yscale="log", ylabel="relative residual of the best fold", title="W1 folded")
+  ax_fold.legend(fontsize="small")
+  for j, key in enumerate(("probe_keys", "probe_values")):
+    for i, who in enumerate(("units", "random", "untrained")):
+      values = metrics[key][who]
+      ax_probe.scatter(
+        [j * 4 + i] * len(values), values, s=18, label=who if j == 0 else None, color=f"C{i}"
+      )
+  ax_probe.set_xticks([1, 5], ["keys: bigram rate", "values: next-token agreement"])
+  ax_probe.set(ylabel="per seed", title=f"probe, top-{config.top_k} contexts")
+  ax_probe.legend(fontsize="small")
+  return harness.save(fig, workdir, f"{NAME}.png")
 
 
 if __name__ == "__main__":

@@ -1,236 +1,366 @@
 """Experiment 7 (docs/reconstruction.md section 6): sums over long sequences blow up -> softmax.
 
-s_L = sum_{i<=L} a_iL V x_i: with raw coefficients (`none`) the sum has L terms, so its
-size and the spread of its inputs grow with L; normalizing over the sources keeps it a
-weighted average (`sum`: divide by sum |a|; `softmax`: positive weights summing to 1).
-Measured: MQAR eval accuracy of the `softmax` rung with each normalizer at a short and a
-long L (same pairs), and a temperature sweep of the softmax: accuracy vs tau (the
-Transformer uses tau = sqrt(r)) together with the mean entropy of the trained attention
-rows, a measure of how many inputs the weight is spread over.
+s_L = sum_{i<=L} a_iL V x_i: with raw coefficients (`none`) the sum has L terms, so its size
+and the weight of the wrong sources grow with L; normalizing over the sources keeps it a
+weighted average (`sum`: divide by sum |a|; `softmax`: positive weights summing to 1, pushed
+onto a few sources by the temperature tau). Two questions, on MQAR with the same K pairs at
+every L (the other slots hold random ids):
 
-  python -m experiments.normalization --workdir runs/normalization      # cpu, ~1 min
-  python -m experiments.normalization --size accel --workdir runs/normalization_accel
+  length       normalizer x L x layer norm: the `softmax` rung (summed heads, one head) with
+               each normalizer at each L, once with no layer norm anywhere (`LN=none`: the raw
+               sum reaches the next layer as it is) and once with a pre-norm in every block and
+               a final norm (`LN=pre`: what every compared model had before, which rescales
+               each token and can hide the blow-up)
+  temperature  softmax with tau in {1/4, 1, 4} x sqrt(r) at several head ranks r (pre-norm, so
+               the inputs have unit variance and q . k has variance ~r at init): does
+               tau = sqrt(r) track the best tau as r changes?
 
-cpu: D=64, 1 head (r = 64, sqrt(r) = 8), pre-norm, MQAR V=16 K=4 at L=16 and L=64 (the
-other slots hold random ids), taus 1, 8, 64 at L=16, up to 600 steps (early stop at 0.99).
-Measured (seed 0): softmax 0.99 -> 1.0 (L 16 -> 64), none 0.93 -> 0.79, sum 0.99 -> 0.81;
-taus 1 / 8 / 64 give 0.47 / 0.99 / 1.0 and the trained attention entropy rises with tau:
-PASS, with the softmax-vs-none margin at 0.204 against the stated 0.2. With a 300-step
-schedule, whose cosine decay ends sooner, the softmax reached only 0.90 / 0.64 and none
-0.44 / 0.33. With blank (0) slots instead of random ids, `none` even rose with L.
-accel: D=128, MQAR V=256 K=4 at L=32, 128 and 256; taus from 0.5 to 128; not yet measured.
+Controls (else INCONCLUSIVE), per layer-norm setting: the softmax learns at the longest L, and
+the unnormalized model learns at the shortest L (chance-adjusted accuracy >= 0.5, every seed):
+without them a low score at long L would be a task too hard, not a blow-up. With a tau sweep:
+the temperature matters at some rank (best - worst tau >= 0.1 adjusted, every seed).
+Claim, per layer-norm setting, every seed (paired by seed; chance 1/K): (a) without
+normalization recall degrades as L grows: adjusted accuracy at the shortest L - at the longest
+L >= 0.2; (b) the softmax holds where the raw sum fails: softmax - none at the longest
+L >= 0.2. An arm that diverged at every learning rate (the sum blew up) counts as recalling
+nothing (adjusted 0) in (a) and (b), and fails the controls.
+With a tau sweep: (c) at every rank, tau = sqrt(r) is within 0.05 adjusted accuracy of the best
+tau (the tau with the best mean over seeds).
+
+  python -m experiments.normalization --workdir runs/normalization                 # quick
+  python -m experiments.normalization --size full --workdir runs/normalization_full
+
+Sizes: quick (`make run`): D=64, 1 head (r = 64), 2 layers, MQAR V=16 K=4, no layer norm:
+none at L in {16, 64}, softmax at L=64 (the three arms claims (a) and (b) need), 3 seeds at lr
+3e-3, up to 300 steps; no tau sweep (each tau is a compiled program of its own). full: LN none
+and pre, none at L in {16, 64, 256} and softmax at 256, and the tau sweep at r in {8, 32, 128},
+L=64; 3 seeds at lr 3e-3 (a second learning rate would double the replicas of the L=256 arms).
+accel: L up to 2048 and 4 learning rates. Measured numbers: docs/experiments.md.
 """
 
+import itertools
 import math
 import sys
 
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import harness, report, run_all
+from experiments import harness, protocol, report, run_all
 
 NAME = "normalization"
 CLAIM = (
-  "Without normalization over the sources, recall quality degrades as L grows, where the "
-  "softmax holds; tau = sqrt(r) is a good temperature."
+  "Without normalization over the sources, recall degrades as L grows where the softmax holds, "
+  "with and without a layer norm; tau = sqrt(r) tracks the best temperature as the head rank r "
+  "changes."
 )
-NORMALIZERS = ("none", "sum", "softmax")
+NORMS = {  # layer-norm setting -> model fields
+  "none": {"norm": "none", "final_norm": False},
+  "pre": {"norm": "pre", "final_norm": True},
+}
 
 # The criterion, stated from the spec's claim before any result was seen.
-DEGRADES = 0.1  # accuracy_none(shortest L) - accuracy_none(longest L) >= this
-SOFTMAX_MARGIN = 0.2  # accuracy_softmax(longest L) - accuracy_none(longest L) >= this
-TAU_TOLERANCE = 0.1  # accuracy(tau = sqrt(r)) >= best accuracy over the sweep - this
+CONTROL_LEARNS = 0.5  # adjusted accuracy: softmax at the longest L, none at the shortest
+DEGRADES = 0.2  # (a) none: adjusted(shortest L) - adjusted(longest L) >= this, every seed
+SOFTMAX_MARGIN = 0.2  # (b) adjusted softmax - none at the longest L >= this, every seed
+TAU_MATTERS = 0.1  # control: best - worst tau at some rank >= this, every seed
+TAU_TOLERANCE = 0.05  # (c) adjusted(sqrt r) >= adjusted(best tau) - this, every rank and seed
 
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
   c.vocab_size = 16  # V: small, so recall is learned in a few hundred steps
-  c.num_kv_pairs = 4
-  c.lengths = (16, 64)  # L, growing; the pairs stay the same, other slots hold random ids
+  c.num_kv_pairs = 4  # K (chance 1/K), the same at every L
   c.d_model = 64
-  c.num_heads = 1  # r = D / H = 64: sqrt(r) = 8
+  c.num_heads = 1  # r = D / H = 64 in the length arms
   c.num_layers = 2
-  c.taus = (1.0, 8.0, 64.0)  # temperature sweep (softmax, shortest L); must include sqrt(r)
-  c.total_steps = 600  # upper bound per run; early stop at early_stop_accuracy
-  c.early_stop_accuracy = 0.99
-  c.eval_every = 50
-  c.batch_size = 64
+  c.norms = ("none",)  # layer-norm settings (NORMS)
+  c.normalizers = ("none", "softmax")
+  c.lengths = (16, 64)  # L, growing; the pairs stay the same
+  c.all_lengths = ("none",)  # normalizers trained at every L; the others at the longest only
+  c.tau_ranks = ()  # r of the temperature sweep (empty: no sweep)
+  c.tau_factors = (0.25, 1.0, 4.0)  # tau = factor x sqrt(r); must hold 1
+  c.tau_length = 64  # L of the temperature sweep (pre-norm, softmax)
   c.num_examples = 20_000
-  c.num_test_examples = 256
-  c.seed = 0
-  if size == "tiny":
-    c.lengths, c.num_kv_pairs, c.d_model, c.taus = (8,), 2, 16, (1.0, 4.0)
-    c.total_steps, c.eval_every = 4, 2
-    c.batch_size, c.num_examples, c.num_test_examples = 16, 256, 64
+  c.num_test_examples = 512  # halves: validation (selection, early stop) and eval
+  c.seed = 0  # generates the task's examples (the sweep's seeds vary init and order)
+  c.seeds = (0, 1, 2)
+  c.learning_rates = (3e-3,)
+  c.weight_decays = (0.1,)
+  c.batch_size = 32
+  c.total_steps = 300  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.warmup_steps = 50
+  c.eval_every = 100
+  c.early_stop_accuracy = 0.99
+  if size == "tiny":  # the tests: seconds
+    c.d_model, c.num_layers, c.lengths, c.num_kv_pairs = 16, 1, (8, 12), 2
+    c.tau_ranks, c.tau_factors, c.tau_length = (4,), (1.0, 4.0), 8
+    c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 4, 2, 1
+    c.num_examples, c.num_test_examples = 64, 32
+  elif size == "full":
+    # L=512 is the accel size's: one step of 3 replicas at L=512, B=32 took 1.6 cpu-s here
+    # (L=256: 0.29), so the grid stops at 256 and keeps one learning rate, like quick.
+    c.norms, c.lengths = ("none", "pre"), (16, 64, 256)
+    c.tau_ranks = (8, 32, 128)
   elif size == "accel":
-    c.vocab_size, c.num_kv_pairs, c.lengths, c.d_model = 256, 4, (32, 128, 256), 128
-    c.taus = (0.5, 2.0, 8.0, math.sqrt(128), 32.0, 128.0)
-    c.total_steps, c.eval_every, c.batch_size, c.num_examples = 8000, 250, 256, 100_000
-  elif size not in ("quick", "full"):  # both are the cpu size until redesigned
-    raise ValueError(f"size={size!r}: expected tiny, cpu or accel")
+    c.vocab_size, c.d_model, c.num_heads = 256, 128, 2
+    c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")
+    c.lengths, c.all_lengths = (32, 128, 512, 2048), ("none", "sum", "softmax")
+    c.tau_ranks, c.tau_factors, c.tau_length = (8, 32, 128), (0.125, 0.25, 0.5, 1, 2, 4, 8), 256
+    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.num_examples, c.num_test_examples = 100_000, 2000
+  elif size != "quick":
+    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
   return c
 
 
-def rank(config):
-  return config.d_model // config.num_heads
+def check(config):
+  """Raises ValueError naming the field the claims cannot be read without."""
+  if "none" not in config.normalizers or "softmax" not in config.normalizers:
+    raise ValueError(f"normalizers={config.normalizers}: claims (a), (b) need none and softmax")
+  if "none" not in config.all_lengths:
+    raise ValueError(f"all_lengths={config.all_lengths}: claim (a) needs none at every L")
+  if len(config.lengths) < 2 or list(config.lengths) != sorted(config.lengths):
+    raise ValueError(f"lengths={config.lengths}: at least two, increasing")
+  unknown = [n for n in config.norms if n not in NORMS]
+  if unknown or not config.norms:
+    raise ValueError(f"norms={config.norms}: expected some of {list(NORMS)}")
+  if config.tau_ranks and 1.0 not in config.tau_factors:
+    raise ValueError(f"tau_factors={config.tau_factors}: must hold 1 (tau = sqrt(r))")
 
 
-def attention_entropy(model, params, tokens_BL):
-  """Mean entropy (nats) of the attention rows a_L. over every layer, head and receiver."""
-  _, inter = harness.intermediates(model, params, tokens_BL)
-  values = []
-  for key, tree in inter.items():
-    if key.startswith("layers_"):
-      (a_BHLM,) = tree["mixer"]["weights"]
-      values.append(float(jnp.mean(-jnp.sum(a_BHLM * jnp.log(a_BHLM + 1e-30), axis=-1))))
-  return float(np.mean(values))
+def setting(norm, length):
+  return f"LN={norm} L={length}"
+
+
+def tau_setting(config):
+  return setting("pre", config.tau_length)
+
+
+def tau_model(rank, factor):
+  return f"softmax r={rank} tau={factor:g}sqrt(r)"
+
+
+def grid(config):
+  """(normalizer, norm, L) of the length arms."""
+  longest = max(config.lengths)
+  return [
+    (normalizer, norm, length)
+    for norm, normalizer, length in itertools.product(
+      config.norms, config.normalizers, config.lengths
+    )
+    if normalizer in config.all_lengths or length == longest
+  ]
+
+
+def arms(config):
+  check(config)
+  max_len = max(max(config.lengths), config.tau_length)
+  out = []
+  for normalizer, norm, length in grid(config):
+    fields = harness.model_fields(config, max_len=max_len, num_heads=config.num_heads)
+    fields |= NORMS[norm] | {"normalizer": normalizer}
+    out.append(
+      protocol.Arm(
+        normalizer,
+        setting(norm, length),
+        "softmax",
+        harness.mqar_task(config, length),
+        fields,
+      )
+    )
+  for rank, factor in itertools.product(config.tau_ranks, config.tau_factors):
+    fields = harness.model_fields(config, max_len=max_len, num_heads=config.num_heads)
+    fields |= NORMS["pre"] | {"normalizer": "softmax", "rank": rank}
+    fields["temperature"] = None if factor == 1 else factor * math.sqrt(rank)
+    out.append(
+      protocol.Arm(
+        tau_model(rank, factor),
+        tau_setting(config),
+        "softmax",
+        harness.mqar_task(config, config.tau_length),
+        fields,
+      )
+    )
+  return out
+
+
+def _paired(a, b):
+  return [x - y for x, y in zip(a, b, strict=True)]
+
+
+def learned(metrics, model, key):
+  """Adjusted accuracy per seed, where an arm whose every learning rate diverged (a sum that
+  blew up) counts as recalling nothing (0, chance) instead of a missing number."""
+  values = metrics["adjusted"][model][key]
+  if metrics["diverged"][model][key] and all(math.isnan(v) for v in values):
+    return [0.0] * len(values)
+  return values
+
+
+def controls(metrics, config):
+  adj = metrics["adjusted"]
+  short, long = min(config.lengths), max(config.lengths)
+  out = []
+  for norm in config.norms:
+    out.append(
+      report.every_seed(
+        f"LN={norm}: the softmax learns at the longest L={long}: adjusted accuracy >= "
+        f"{CONTROL_LEARNS}",
+        adj["softmax"][setting(norm, long)],
+        lambda a: a >= CONTROL_LEARNS,
+      )
+    )
+    out.append(
+      report.every_seed(
+        f"LN={norm}: the unnormalized sum learns at the shortest L={short}: adjusted accuracy "
+        f">= {CONTROL_LEARNS}",
+        adj["none"][setting(norm, short)],
+        lambda a: a >= CONTROL_LEARNS,
+      )
+    )
+  if config.tau_ranks:
+    key = tau_setting(config)
+    spreads = [
+      max(
+        max(adj[tau_model(r, f)][key][i] for f in config.tau_factors)
+        - min(adj[tau_model(r, f)][key][i] for f in config.tau_factors)
+        for r in config.tau_ranks
+      )
+      for i in range(len(config.seeds))
+    ]
+    out.append(
+      report.every_seed(
+        f"the temperature matters: at some rank the best tau beats the worst by >= "
+        f"{TAU_MATTERS} adjusted accuracy (per seed: the largest such spread)",
+        spreads,
+        lambda d: d >= TAU_MATTERS,
+      )
+    )
+  return out
+
+
+def best_factor(adjusted, config, rank):
+  """The tau factor with the best mean adjusted accuracy over seeds at `rank` (ties: the
+  first in tau_factors)."""
+  key = tau_setting(config)
+  means = [protocol.mean(adjusted[tau_model(rank, f)][key]) for f in config.tau_factors]
+  return config.tau_factors[int(np.nanargmax(means))] if np.isfinite(means).any() else math.nan
 
 
 def criteria(metrics, config):
-  acc = metrics["accuracy"]
-  short, long = str(config.lengths[0]), str(config.lengths[-1])
-  drop = acc["none"][short] - acc["none"][long]
-  margin = acc["softmax"][long] - acc["none"][long]
-  tau_acc = metrics["tau_accuracy"]
-  default = tau_acc.get(_tau_key(math.sqrt(rank(config))), float("nan"))
-  best = max(tau_acc.values())
-  return [
-    report.Criterion(
-      f"without normalization quality degrades as L grows: acc_none(L={short}) - "
-      f"acc_none(L={long}) >= {DEGRADES}",
-      drop >= DEGRADES,
-      {f"none_L{short}": acc["none"][short], f"none_L{long}": acc["none"][long]},
-    ),
-    report.Criterion(
-      f"the softmax holds where raw sums fail: acc_softmax(L={long}) - acc_none(L={long}) "
-      f">= {SOFTMAX_MARGIN}",
-      margin >= SOFTMAX_MARGIN,
-      {f"softmax_L{long}": acc["softmax"][long], f"none_L{long}": acc["none"][long]},
-    ),
-    report.Criterion(
-      f"tau = sqrt(r) = {math.sqrt(rank(config)):g} is within {TAU_TOLERANCE} of the best tau",
-      default >= best - TAU_TOLERANCE,
-      {"acc_sqrt_r": default, "best": best},
-    ),
-  ]
-
-
-def _tau_key(tau):
-  return f"{tau:g}"
-
-
-def run(config, workdir):
-  sqrt_r = math.sqrt(rank(config))
-  if not any(math.isclose(t, sqrt_r) for t in config.taus):
-    raise ValueError(f"taus={config.taus}: must include sqrt(r) = {sqrt_r:g}")
-  base = harness.model_fields(config, max_len=max(config.lengths), num_heads=config.num_heads)
-  # a blown-up sum is a result here, not a crash
-  fields = dict(harness.schedule(config), skip_nonfinite=True)
-  accuracy = {n: {} for n in NORMALIZERS}
-  steps = {n: {} for n in NORMALIZERS}
-  tau_accuracy, tau_entropy, cpu = {}, {}, 0.0
-  short = config.lengths[0]
-  for length in config.lengths:
-    for normalizer in NORMALIZERS:
-      summary = harness.train(
-        "softmax", harness.mqar_task(config, length), dict(base, normalizer=normalizer), **fields
+  adj = metrics["adjusted"]
+  short, long = min(config.lengths), max(config.lengths)
+  out = []
+  for norm in config.norms:
+    none_short, none_long = (learned(metrics, "none", setting(norm, n)) for n in (short, long))
+    out.append(
+      report.every_seed(
+        f"LN={norm}: without normalization recall degrades as L grows: adjusted accuracy of "
+        f"none at L={short} - at L={long} >= {DEGRADES}",
+        _paired(none_short, none_long),
+        lambda d: d >= DEGRADES,
       )
-      accuracy[normalizer][str(length)] = harness.accuracy(summary)
-      steps[normalizer][str(length)] = summary["final_step"]
-      cpu += summary["cpu_seconds"]
-      print(
-        f"  {normalizer:8s} L={length:<4d} acc={harness.accuracy(summary):.3f} "
-        f"({harness.cost(summary)})",
-        flush=True,
+    )
+    out.append(
+      report.every_seed(
+        f"LN={norm}: the softmax holds where the raw sum fails: adjusted softmax - none at "
+        f"L={long} >= {SOFTMAX_MARGIN}",
+        _paired(learned(metrics, "softmax", setting(norm, long)), none_long),
+        lambda d: d >= SOFTMAX_MARGIN,
       )
-      if normalizer == "softmax" and length == short:
-        tau_accuracy[_tau_key(sqrt_r)] = harness.accuracy(summary)
-        tau_entropy[_tau_key(sqrt_r)] = attention_entropy(
-          summary["model"], summary["params"], _test_tokens(config, short)
-        )
-  for tau in config.taus:
-    if math.isclose(tau, sqrt_r):
-      continue
-    summary = harness.train(
-      "softmax",
-      harness.mqar_task(config, short),
-      dict(base, normalizer="softmax", temperature=tau),
-      **fields,
     )
-    tau_accuracy[_tau_key(tau)] = harness.accuracy(summary)
-    tau_entropy[_tau_key(tau)] = attention_entropy(
-      summary["model"], summary["params"], _test_tokens(config, short)
+  if config.tau_ranks:
+    key = tau_setting(config)
+    gaps, best = [], {}
+    for rank in config.tau_ranks:
+      best[f"best factor at r={rank}"] = factor = best_factor(adj, config, rank)
+      gaps.append(
+        _paired(adj[tau_model(rank, 1.0)][key], adj[tau_model(rank, factor)][key])
+        if factor == factor
+        else [math.nan] * len(config.seeds)
+      )
+    out.append(
+      report.every_seed(
+        f"tau = sqrt(r) tracks the best tau: at every r in {list(config.tau_ranks)}, adjusted "
+        f"accuracy at sqrt(r) >= that of the best tau - {TAU_TOLERANCE} (per seed: the worst "
+        "rank's gap)",
+        [min(g) for g in zip(*gaps, strict=True)],
+        lambda d: d >= -TAU_TOLERANCE,
+        **best,
+      )
     )
-    cpu += summary["cpu_seconds"]
-    print(
-      f"  softmax  tau={tau:<6g} acc={tau_accuracy[_tau_key(tau)]:.3f} ({harness.cost(summary)})",
-      flush=True,
-    )
+  return out
 
-  metrics = {
-    "accuracy": accuracy,
-    "steps": steps,
-    "tau_accuracy": tau_accuracy,
-    "tau_entropy": tau_entropy,
-    "sqrt_r": sqrt_r,
-    "train_cpu_seconds": cpu,
-  }
-  lengths = [str(n) for n in config.lengths]
+
+def measure(config, trained, workdir):
+  adj = trained.metrics()["adjusted"]
+  short_long = f"L in {list(config.lengths)}"
+  plots = [_plot_lengths(config, adj, workdir)]
+  if config.tau_ranks:
+    plots.append(_plot_taus(config, adj, workdir))
   table = [
-    {"normalizer": n, **{f"acc L={n_}": accuracy[n][n_] for n_ in lengths}} for n in NORMALIZERS
-  ]
-  table += [
     {
-      "normalizer": f"softmax, tau={t:g}" + (" (sqrt r)" if math.isclose(t, sqrt_r) else ""),
-      **{f"acc L={n_}": (tau_accuracy[_tau_key(t)] if n_ == str(short) else "") for n_ in lengths},
+      "rank r": rank,
+      **{
+        f"tau={f:g}sqrt(r)={f * math.sqrt(rank):.3g}": protocol.mean(
+          adj[tau_model(rank, f)][tau_setting(config)]
+        )
+        for f in config.tau_factors
+      },
+      "best factor": best_factor(adj, config, rank),
     }
-    for t in sorted(config.taus)
+    for rank in config.tau_ranks
   ]
-  fig = harness.figure(cols=2)
-  ax_l, ax_t = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-  for n in NORMALIZERS:
-    ax_l.plot(config.lengths, [accuracy[n][k] for k in lengths], marker="o", label=n)
-  ax_l.set(
-    xscale="log", xlabel="sequence length L", ylabel="MQAR eval accuracy", ylim=(-0.02, 1.02)
-  )
-  ax_l.set_xticks(config.lengths, lengths)
-  ax_l.minorticks_off()
-  ax_l.set_title(f"K={config.num_kv_pairs} pairs, V={config.vocab_size}")
-  ax_l.legend()
-  taus = sorted(config.taus)
-  ax_t.plot(taus, [tau_accuracy[_tau_key(t)] for t in taus], marker="o", label="accuracy")
-  ax_t.axvline(sqrt_r, color="gray", linestyle=":", label="sqrt(r)")
-  ax_t.set(xscale="log", xlabel="temperature tau", ylabel="MQAR eval accuracy", ylim=(-0.02, 1.02))
-  ax_t.set_title(f"softmax, L={short}")
-  ax_e = ax_t.twinx()
-  ax_e.plot(taus, [tau_entropy[_tau_key(t)] for t in taus], "s--", color="tab:red")
-  ax_e.set_ylabel("mean attention entropy (nats)", color="tab:red")
-  ax_t.legend(loc="lower left")
-  plots = [harness.save(fig, workdir, f"{NAME}.png")]
   setup = (
     f"rung softmax (matrix sum, summed heads), D={config.d_model}, {config.num_heads} head, "
-    f"{config.num_layers} layers; MQAR V={config.vocab_size} K={config.num_kv_pairs} at L in "
-    f"{list(config.lengths)}; taus {list(config.taus)} at L={short}; batch "
-    f"{config.batch_size}, up to {config.total_steps} steps, seed {config.seed}; non-finite "
-    "steps are skipped, not fatal."
+    f"{config.num_layers} layers; MQAR V={config.vocab_size} K={config.num_kv_pairs} at "
+    f"{short_long}; layer-norm settings {list(config.norms)} (none: no norm anywhere; pre: "
+    "pre-norm + final norm). Normalizers "
+    f"{list(config.all_lengths)} at every L, the others at the longest."
+    + (
+      f" Temperature sweep (table: mean adjusted accuracy): pre-norm, L={config.tau_length}, "
+      f"tau = {list(config.tau_factors)} x sqrt(r) at r in {list(config.tau_ranks)}."
+      if config.tau_ranks
+      else ""
+    )
   )
-  return report.Result(
-    experiment=NAME,
-    claim=CLAIM,
-    setup=setup,
-    criteria=criteria(metrics, config),
-    metrics=metrics,
-    table=table,
-    plots=plots,
-  )
+  return protocol.Section(table=table, plots=plots, setup=setup)
 
 
-def _test_tokens(config, length, count=64):
-  from jaxformer import data
+def _plot_lengths(config, adj, workdir):
+  fig = harness.figure(cols=len(config.norms))
+  for i, norm in enumerate(config.norms):
+    ax = fig.add_subplot(1, len(config.norms), i + 1)
+    for normalizer in config.normalizers:
+      lengths = [
+        n for n in config.lengths if normalizer in config.all_lengths or n == max(config.lengths)
+      ]
+      per_seed = [adj[normalizer][setting(norm, n)] for n in lengths]
+      protocol.spread(ax, lengths, per_seed, normalizer)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(config.lengths, [str(n) for n in config.lengths])
+    ax.minorticks_off()
+    ax.set(xlabel="sequence length L", ylim=(-0.05, 1.05), title=f"layer norm: {norm}")
+    if i == 0:
+      ax.set_ylabel("MQAR adjusted eval accuracy (points: seeds)")
+      ax.legend(loc="lower left", fontsize="small")
+  return harness.save(fig, workdir, f"{NAME}_length.png")
 
-  test = data.get_dataset(harness.mqar_task(config, length), "test")
-  return harness.read_inputs(test, range(min(count, len(test))))
+
+def _plot_taus(config, adj, workdir):
+  fig = harness.figure()
+  ax = fig.add_subplot(1, 1, 1)
+  for rank in config.tau_ranks:
+    taus = [f * math.sqrt(rank) for f in config.tau_factors]
+    per_seed = [adj[tau_model(rank, f)][tau_setting(config)] for f in config.tau_factors]
+    line = protocol.spread(ax, taus, per_seed, f"r={rank}")
+    ax.axvline(math.sqrt(rank), color=line.get_color(), linestyle=":")
+  ax.set_xscale("log", base=2)
+  ax.set(xlabel="temperature tau (dotted: sqrt(r))", ylabel="MQAR adjusted eval accuracy")
+  ax.set(ylim=(-0.05, 1.05), title=f"softmax, pre-norm, L={config.tau_length}")
+  ax.legend(loc="lower left", fontsize="small")
+  return harness.save(fig, workdir, f"{NAME}_temperature.png")
 
 
 if __name__ == "__main__":

@@ -1,50 +1,188 @@
 import os
 
-import numpy as np
+import pytest
 
-from experiments import harness, mlp_memory
+from experiments import mlp_memory, protocol, report
+
+SEEDS = 3
+S = mlp_memory.SETTING
 
 
-def _metrics(loss_w2, loss_no_w2, single, split, top_rate, random_rate):
+def _config(wide=True):
+  c = mlp_memory.get_config("quick")
+  c.widths = (64, 256) if wide else (64,)
+  return c
+
+
+def _metrics(config, **changes):
+  """The claim's numbers, the same for every seed; `changes` replace entries by name."""
+  numbers = {
+    "loss F=64 no W2": 2.3,
+    "loss F=64 W2": 2.2,
+    "loss F=256 W2": 2.1,
+    "adjusted": 0.4,
+    "bias": 0.05,
+    "single none": 1e-7,
+    "single pre": 2e-7,
+    "split none": (0.6, 1e-7),  # (into the mixer alone, with the skip)
+    "split pre": (0.7, 0.2),
+    "keys": (0.5, 0.2, 0.25),  # units, random, untrained
+    "values": (0.2, 0.03, 0.05),
+  } | changes
+  n = lambda v: [v] * SEEDS  # noqa: E731
+  models = [mlp_memory.w2_name(64, False)] + [mlp_memory.w2_name(w) for w in config.widths]
+  fold = {
+    mlp_memory.cell_name("single", "none"): (numbers["single none"], numbers["single none"]),
+    mlp_memory.cell_name("single", "pre"): (numbers["single pre"], numbers["single pre"]),
+    mlp_memory.cell_name("split", "none"): numbers["split none"],
+    mlp_memory.cell_name("split", "pre"): numbers["split pre"],
+  }
+  who = ("units", "random", "untrained")
   return {
-    "eval_loss": {"w2": loss_w2, "no_w2": loss_no_w2},
-    "gap_single_init": single,
-    "gap_single_trained": single,
-    "gap_split_init": split,
-    "shared_char_rate": top_rate,
-    "shared_char_rate_random": random_rate,
+    "eval_loss": {m: {S: n(numbers[f"loss {m}"])} for m in models},
+    "adjusted": {m: {S: n(numbers["adjusted"])} for m in models},
+    "max_bias": {cell: n(numbers["bias"]) for cell in fold},
+    "fold": {cell: {"mixer": n(a), "mixer_and_skip": n(b)} for cell, (a, b) in fold.items()},
+    "probe_keys": dict(zip(who, map(n, numbers["keys"]), strict=True)),
+    "probe_values": dict(zip(who, map(n, numbers["values"]), strict=True)),
   }
 
 
-def test_criteria_pass():
-  config = mlp_memory.get_config("quick")
-  metrics = _metrics(2.0, 2.2, single=1e-7, split=0.5, top_rate=0.8, random_rate=0.3)
-  assert [c.passed for c in mlp_memory.criteria(metrics, config)] == [True] * 4
+def _verdicts(config, **changes):
+  metrics = _metrics(config, **changes)
+  return (
+    [c.passed for c in mlp_memory.controls(metrics, config)],
+    [c.passed for c in mlp_memory.criteria(metrics, config)],
+  )
 
 
-def test_criteria_fail():
-  config = mlp_memory.get_config("quick")
-  metrics = _metrics(2.2, 2.2, single=1e-2, split=1e-5, top_rate=0.35, random_rate=0.3)
-  assert [c.passed for c in mlp_memory.criteria(metrics, config)] == [False] * 4
+# controls: no W2, F=64 W2, F=256 W2 learn; biases. criteria: a, b, c, d, d, e, f, g
+PASS = ([True] * 4, [True] * 8)
 
 
-def test_shared_char_rate_counts_the_most_common_current_token():
-  sequences = np.array([[5, 5, 7, 5], [5, 9, 9, 9]])
-  seq = np.array([[0, 0, 0, 1], [1, 1, 0, 0]])
-  pos = np.array([[0, 1, 3, 0], [1, 2, 2, 3]])  # tokens [5, 5, 5, 5] and [9, 9, 7, 5]
-  np.testing.assert_allclose(mlp_memory.shared_char_rate(sequences, seq, pos), [1.0, 0.5])
+def _flip(passes, index):
+  out = [True] * 8
+  out[index] = passes
+  return ([True] * 4, out)
 
 
-def test_tiny_run(tmp_path):
+def test_the_claim_passes_with_its_controls():
+  assert _verdicts(_config()) == PASS
+
+
+def test_without_a_wider_model_there_is_no_width_claim():
+  assert _verdicts(_config(wide=False)) == ([True] * 3, [True] * 7)
+
+
+def test_the_arms_share_the_single_pre_norm_cell_with_the_widest_w2_model():
+  config = _config()
+  cells = mlp_memory.fold_models(config)
+  assert cells[("single", "pre")] == "F=256 W2"
+  assert cells[("split", "pre")] == "split skip, LN pre"
+
+
+def test_a_model_that_does_not_learn_makes_it_inconclusive():
+  assert _verdicts(_config(), adjusted=0.1)[0] == [False, False, False, True]
+
+
+def test_biases_left_at_zero_make_it_inconclusive():
+  assert _verdicts(_config(), bias=0.0)[0] == [True, True, True, False]
+
+
+@pytest.mark.parametrize("value, passes", [(0.2, True), (0.19, False)])
+def test_the_control_learns_threshold_sides(value, passes):
+  assert _verdicts(_config(), adjusted=value)[0][:3] == [passes] * 3
+
+
+@pytest.mark.parametrize("value, passes", [(1e-3, True), (9e-4, False)])
+def test_the_control_bias_threshold_sides(value, passes):
+  assert _verdicts(_config(), bias=value)[0][3] == passes
+
+
+@pytest.mark.parametrize("loss, passes", [(2.225, True), (2.215, False)])
+def test_the_w2_at_equal_width_threshold_sides(loss, passes):
+  assert _verdicts(_config(), **{"loss F=64 no W2": loss}) == _flip(passes, 0)
+
+
+@pytest.mark.parametrize("loss, passes", [(2.175, True), (2.185, False)])
+def test_the_more_memories_threshold_sides(loss, passes):
+  assert _verdicts(_config(), **{"loss F=256 W2": loss}) == _flip(passes, 1)
+
+
+@pytest.mark.parametrize("residual, passes", [(1e-4, True), (2e-4, False)])
+def test_the_single_skip_exact_threshold_sides(residual, passes):
+  assert _verdicts(_config(), **{"single pre": residual}) == _flip(passes, 2)
+
+
+def test_a_single_skip_without_norm_that_misses_also_fails():
+  assert _verdicts(_config(), **{"single none": 0.3}) == _flip(False, 2)
+
+
+@pytest.mark.parametrize("residual, passes", [(0.05, True), (0.049, False)])
+def test_the_split_skip_cost_threshold_sides(residual, passes):
+  """A split skip whose MLP barely reads x would fold into the mixer alone."""
+  assert _verdicts(_config(), **{"split none": (residual, 1e-7)}) == _flip(passes, 3)
+
+
+@pytest.mark.parametrize("residual, passes", [(1e-4, True), (2e-4, False)])
+def test_the_split_skip_with_x_exact_threshold_sides(residual, passes):
+  assert _verdicts(_config(), **{"split none": (0.6, residual)}) == _flip(passes, 4)
+
+
+@pytest.mark.parametrize("residual, passes", [(0.02, True), (0.019, False)])
+def test_the_norm_cost_threshold_sides(residual, passes):
+  """A layer norm that barely bends (e.g. every token of one scale) would leave a fold."""
+  assert _verdicts(_config(), **{"split pre": (0.7, residual)}) == _flip(passes, 5)
+
+
+@pytest.mark.parametrize(
+  "keys, passes",
+  [((0.455, 0.2, 0.35), True), ((0.445, 0.2, 0.35), False), ((0.445, 0.35, 0.2), False)],
+)
+def test_the_key_pattern_threshold_sides_against_either_control(keys, passes):
+  assert _verdicts(_config(), keys=keys) == _flip(passes, 6)
+
+
+@pytest.mark.parametrize(
+  "values, passes",
+  [((0.155, 0.1, 0.05), True), ((0.145, 0.1, 0.05), False), ((0.145, 0.05, 0.1), False)],
+)
+def test_the_value_agreement_threshold_sides_against_either_control(values, passes):
+  assert _verdicts(_config(), values=values) == _flip(passes, 7)
+
+
+def test_one_seed_below_fails_an_every_seed_criterion():
+  config = _config()
+  metrics = _metrics(config)
+  metrics["eval_loss"]["F=64 no W2"][S] = [2.3, 2.21, 2.3]
+  passed = [c.passed for c in mlp_memory.criteria(metrics, config)]
+  assert passed == [False] + [True] * 7
+
+
+def test_a_grid_without_f_equal_d_is_refused():
+  config = _config()
+  config.widths = (256,)
+  with pytest.raises(ValueError, match="widths="):
+    mlp_memory.arms(config)
+
+
+def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
   config = mlp_memory.get_config("tiny")
-  result = mlp_memory.run(config, str(tmp_path))
-  assert result.experiment == mlp_memory.NAME and len(result.criteria) == 4
-  assert set(result.metrics["eval_loss"]) == {"w2", "no_w2"}
-  # W1 folds into Wo in the real single-skip blocks, not in the split-skip block.
-  assert result.metrics["gap_single_init"] < 1e-4 < 1e-2 < result.metrics["gap_split_init"]
-  assert result.metrics["gap_single_trained"] < 1e-4
-  assert 0.0 < result.metrics["shared_char_rate"] <= 1.0
-  assert len(result.table) == config.shown_units * min(3, config.top_k)
-  assert harness.finite(result.metrics)
+  result = protocol.run(mlp_memory, config, str(tmp_path), "tiny", log=lambda text: None)
+  assert result.experiment == mlp_memory.NAME and result.verdict in report.VERDICTS
+  arms = mlp_memory.arms(config)
+  assert len(arms) == 5  # no W2, W2 (= the single / pre-norm cell), three more fold cells
+  assert len(result.runs) == len(arms) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.controls) == 3 and len(result.criteria) == 7
+  fold = result.metrics["fold"]
+  # Exact in the single skip and for the split skip without norm once x A is allowed: these
+  # hold for any weights, trained for 4 steps or not.
+  for cell in ("single skip, LN none", "single skip, LN pre"):
+    assert max(fold[cell]["mixer"]) < 1e-4
+  assert max(fold["split skip, LN none"]["mixer_and_skip"]) < 1e-4
+  assert min(fold["split skip, LN none"]["mixer"]) > 1e-2
+  for side in ("probe_keys", "probe_values"):
+    for values in result.metrics[side].values():
+      assert len(values) == len(config.seeds) and all(0.0 <= v <= 1.0 for v in values)
   for plot in result.plots:
-    assert os.path.getsize(tmp_path / plot) > 1000
+    assert plot.startswith(mlp_memory.NAME) and os.path.getsize(tmp_path / plot) > 1000
