@@ -72,6 +72,23 @@ def gated_linear_attention(q_BLHK, k_BLHK, v_BLHJ, a_BLHK, state_BHKJ=None, *, f
   return jnp.swapaxes(out_LBHJ, 0, 1), final_BHKJ
 
 
+def short_conv(x_BLD, w_CD, history_BCD=None):
+  """A causal depthwise convolution over the last C positions, y_l = sum_c w_c * x_(l-c)
+  (Mamba's and H3's short convolution: it hands each position its neighbours before the
+  recurrence, so a previous-token read is one layer's work). `history_BCD` holds the C - 1
+  inputs before x (zeros if None); returns (y_BLD, the new history: the last C - 1 inputs)."""
+  width = w_CD.shape[0]
+  if history_BCD is None:
+    history_BCD = jnp.zeros((x_BLD.shape[0], width - 1, x_BLD.shape[2]), x_BLD.dtype)
+  padded_BMD = jnp.concatenate([history_BCD.astype(x_BLD.dtype), x_BLD], axis=1)
+  length = x_BLD.shape[1]
+  y_BLD = sum(
+    w_CD[c] * lax.slice_in_dim(padded_BMD, width - 1 - c, width - 1 - c + length, axis=1)
+    for c in range(width)
+  )
+  return y_BLD, padded_BMD[:, padded_BMD.shape[1] - (width - 1) :]
+
+
 def decay(gate_BLHK, temperature):
   """a = sigmoid(gate)^(1 / temperature), in (0, 1): GLA's gate, kept near 1 by a
   temperature > 1 so that a fresh model remembers for ~temperature / log 2 tokens."""

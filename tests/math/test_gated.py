@@ -81,3 +81,18 @@ def test_an_unknown_form_is_named():
   q, k, v, a, _ = _inputs(0)
   with pytest.raises(ValueError, match="form='parallel'"):
     gated.gated_linear_attention(q, k, v, a, form="parallel")
+
+
+def test_short_conv_is_a_causal_weighted_sum_and_continues_from_its_history():
+  x = jax.random.normal(jax.random.key(5), (2, 9, 3))
+  w = jax.random.normal(jax.random.key(6), (4, 3))
+  y, history = gated.short_conv(x, w)
+  xs = np.asarray(x)
+  want = sum(
+    np.asarray(w[c]) * np.pad(xs, ((0, 0), (c, 0), (0, 0)))[:, : xs.shape[1]] for c in range(4)
+  )
+  chex.assert_trees_all_close(y, want, atol=1e-5)
+  chex.assert_trees_all_close(history, x[:, -3:])
+  first, h = gated.short_conv(x[:, :5], w)
+  rest, _ = gated.short_conv(x[:, 5:], w, h)
+  chex.assert_trees_all_close(jnp.concatenate([first, rest], 1), y, atol=1e-5)
