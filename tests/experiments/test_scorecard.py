@@ -6,6 +6,7 @@ import json
 import os
 import textwrap
 
+import flax.linen as nn
 import pytest
 
 from experiments import scorecard
@@ -203,3 +204,20 @@ def test_a_mixer_outside_the_repository_is_scored_through_the_command_line(
   for plot in ("scorecard_recall_vs_state.png", "scorecard_vs_length.png"):
     assert os.path.getsize(workdir / plot) > 1000
   assert "CumulativeMean" in capsys.readouterr().out
+
+
+class Identity(nn.Module):
+  """A top-level class: the Python API names it by its module."""
+
+  width: int
+
+  def __call__(self, x, decode=False):
+    return x
+
+
+def test_from_python_a_class_is_named_by_its_module_and_builtins_keep_their_fields():
+  name, spec, fields = scorecard.candidate(Identity, {"width": 4})
+  assert (name, spec) == ("Identity", f"{__name__}:Identity") and fields == {"width": 4}
+  assert scorecard.candidate("sliding_window")[2] == mixers.BUILTINS["sliding_window"][1]
+  names = [c[0] for c in scorecard.candidates(_config(), Identity)]
+  assert names == [REF, "gated", "Identity"]
