@@ -13,7 +13,7 @@ Three parts:
            Each (model, distance) trains on its own needle task.
   capacity linear attention's MQAR recall as the pairs K grow at a fixed feature dimension
            (its state is r x r per head whatever L: the fixed memory of section 1 again),
-           beside softmax attention of the same shape.
+           beside softmax attention of the same shape (full and accel sizes).
 
 Controls (else INCONCLUSIVE): full attention recalls the needle at every distance (>= RECALLS,
 every seed), so the task is learnable where the window fails; softmax attention recalls at
@@ -35,9 +35,12 @@ Chance: needle 1 / (V - V/2) (a guess among the value ids), MQAR 1 / K.
     --impls dense,dot_product,blockwise,sliding_window,block_sparse,linear
 
 Sizes: quick (`make run`): cost at L in {2048, 4096, 8192}; needle V=64 L=32 at distances
-{6, 12, 28}, window 8 (reach 8 in 1 layer, 15 in 2), D=32; MQAR V=16 L=16 K in {2, 4}, D=16,
-feature (rank) dimension 4; 3 seeds at one learning rate each. full: more distances and K,
-3 learning rates. accel: L up to 32768 with dot_product and block_sparse, needle L=512.
+{6, 12, 28}, window 8 (reach 8 in 1 layer, 15 in 2), D=32, 3 seeds at lr 1e-2; no capacity
+part (its 2-layer MQAR arms would cost several times the rest; the scorecard's quick run
+trains linear and softmax attention at K = 4 and 8). full: more distances, the capacity part
+(MQAR V=32 L=32, K in {2, 4, 8}, D = r = 32, 3 learning rates). accel: L up to 32768 with
+dot_product and block_sparse and the time verdict, needle L=512 with a window of 128,
+MQAR V=8192 L=256 K in {4, 16, 64}.
 Measured numbers: docs/experiments.md.
 """
 
@@ -94,19 +97,22 @@ def get_config(size="quick"):
   # beside unit-scale token vectors, and a positional read formed in ~200 steps at 1e-2 (~450
   # at 3e-3, measured at distance 16).
   c.needle_learning_rates = (1e-2,)
-  # capacity: MQAR at a fixed feature dimension
-  c.mqar_vocab = 16
-  c.mqar_len = 16
-  c.pairs = (2, 4)  # K; MQAR needs L >= 4 K
-  c.mqar_width = 16
-  c.feature_dim = 4  # r: linear attention's state is r x r per head
+  # capacity: MQAR at a fixed feature dimension. Off at quick: its 2 x |K| arms of 2-layer
+  # models cost several times the rest of the experiment (the scorecard's quick run trains
+  # linear attention at K = 4 and 8 beside softmax attention); on at full and accel.
+  c.capacity = False
+  c.mqar_vocab = 32
+  c.mqar_len = 32
+  c.pairs = (2, 8)  # K; MQAR needs L >= 4 K
+  c.mqar_width = 32
+  c.feature_dim = 32  # r: linear attention's state is r x r per head (one head of D)
   c.mqar_learning_rates = (3e-3,)
   # the sweep protocol
   c.seeds = (0, 1, 2)
   c.learning_rates = (3e-3,)  # unused: every arm names its own grid
   c.weight_decays = (0.1,)
   c.batch_size = 64
-  c.total_steps = 300  # upper bound per arm; early stop at early_stop_accuracy
+  c.total_steps = 250  # upper bound per arm; early stop at early_stop_accuracy
   c.warmup_steps = 30
   c.eval_every = 50
   c.early_stop_accuracy = 0.97
@@ -118,12 +124,13 @@ def get_config(size="quick"):
     c.block_size, c.bench_window = 32, 16
     c.needle_len, c.distances, c.window, c.needle_width = 16, (2, 8), 4, 8
     c.window_layers = (2,)
-    c.mqar_width, c.pairs = 8, (2, 4)
+    c.capacity, c.mqar_vocab, c.mqar_len, c.mqar_width, c.feature_dim = True, 16, 16, 8, 4
+    c.pairs = (2, 4)
     c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 2, 2, 1
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     c.distances = (4, 6, 8, 12, 14, 20, 28)
-    c.mqar_len, c.pairs, c.mqar_vocab = 32, (2, 4, 8), 32
+    c.capacity, c.pairs = True, (2, 4, 8)
     c.needle_learning_rates = (3e-3, 1e-2)
     c.mqar_learning_rates = (1e-3, 3e-3, 1e-2)
     c.total_steps, c.num_examples = 1000, 20_000
@@ -134,7 +141,7 @@ def get_config(size="quick"):
     c.needle_vocab, c.needle_len, c.needle_width = 256, 512, 64
     c.window, c.distances = 128, (64, 128, 200, 255, 300, 510)
     c.mqar_vocab, c.mqar_len, c.pairs, c.mqar_width = 8192, 256, (4, 16, 64), 128
-    c.feature_dim = 16
+    c.capacity, c.feature_dim = True, 128
     c.needle_learning_rates = (3e-3, 1e-2)
     c.mqar_learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 128, 5000, 250, 500
@@ -221,7 +228,7 @@ def arms(config):
           learning_rates=tuple(config.needle_learning_rates),
         )
       )
-  for name, fields in mqar_models(config).items():
+  for name, fields in mqar_models(config).items() if config.capacity else ():
     for pairs in config.pairs:
       out.append(
         protocol.Arm(
@@ -315,25 +322,32 @@ def measure(config, trained, workdir):
 # --- verdict ---------------------------------------------------------------------------------
 
 
+def lowest(per_setting):
+  """Per seed: the lowest value over settings (each a list over seeds)."""
+  return [min(v) for v in zip(*per_setting, strict=True)]
+
+
+def highest(per_setting):
+  return [max(v) for v in zip(*per_setting, strict=True)]
+
+
 def controls(metrics, config):
   acc, adj = metrics["accuracy"], metrics["adjusted"]
-  k0 = mqar_setting(config.pairs[0])
-  full = [
-    min(v) for v in zip(*(acc["full"][needle_setting(d)] for d in config.distances), strict=True)
-  ]
-  softmax = [
-    min(v) for v in zip(*(acc["softmax"][mqar_setting(k)] for k in config.pairs), strict=True)
-  ]
-  return [
+  out = [
     report.every_seed(
       f"full attention recalls the needle at every distance: accuracy >= {RECALLS} (per seed: "
       "its lowest)",
-      full,
+      lowest(acc["full"][needle_setting(d)] for d in config.distances),
       lambda a: a >= RECALLS,
-    ),
+    )
+  ]
+  if not config.capacity:
+    return out
+  k0 = mqar_setting(config.pairs[0])
+  return out + [
     report.every_seed(
       f"softmax attention recalls at every K: accuracy >= {RECALLS} (per seed: its lowest)",
-      softmax,
+      lowest(acc["softmax"][mqar_setting(k)] for k in config.pairs),
       lambda a: a >= RECALLS,
     ),
     report.every_seed(
@@ -362,29 +376,14 @@ def criteria(metrics, config):
   reach = metrics["reach"]
   for layers in config.window_layers:
     name = window_name(config, layers)
+    acc, adj = metrics["accuracy"][name], metrics["adjusted"][name]
     within = [d for d in config.distances if d <= reach[name]]
     beyond = [d for d in config.distances if d > reach[name]]
-    per_seed_within = (
-      [
-        min(v)
-        for v in zip(*(metrics["accuracy"][name][needle_setting(d)] for d in within), strict=True)
-      ]
-      if within
-      else []
-    )
-    per_seed_beyond = (
-      [
-        max(v)
-        for v in zip(*(metrics["adjusted"][name][needle_setting(d)] for d in beyond), strict=True)
-      ]
-      if beyond
-      else []
-    )
     out.append(
       report.every_seed(
         f"{name} (reach {reach[name]}): accuracy >= {RECALLS} at every distance within "
         f"{within} (per seed: its lowest)",
-        per_seed_within,
+        lowest(acc[needle_setting(d)] for d in within) if within else [],
         lambda a: a >= RECALLS,
       )
     )
@@ -392,20 +391,21 @@ def criteria(metrics, config):
       report.every_seed(
         f"{name}: at chance beyond its reach, adjusted accuracy <= {AT_CHANCE} at {beyond} "
         "(per seed: its highest)",
-        per_seed_beyond,
+        highest(adj[needle_setting(d)] for d in beyond) if beyond else [],
         lambda a: a <= AT_CHANCE,
       )
     )
-  k0, k1 = mqar_setting(config.pairs[0]), mqar_setting(config.pairs[-1])
-  small, large = metrics["adjusted"]["linear"][k0], metrics["adjusted"]["linear"][k1]
-  out.append(
-    report.every_seed(
-      f"linear attention (feature dimension {config.feature_dim}): adjusted accuracy drops by "
-      f">= {DROP} from {k0} to {k1}",
-      [a - b for a, b in zip(small, large, strict=True)],
-      lambda d: d >= DROP,
+  if config.capacity:
+    k0, k1 = mqar_setting(config.pairs[0]), mqar_setting(config.pairs[-1])
+    small, large = metrics["adjusted"]["linear"][k0], metrics["adjusted"]["linear"][k1]
+    out.append(
+      report.every_seed(
+        f"linear attention (feature dimension {config.feature_dim}): adjusted accuracy drops "
+        f"by >= {DROP} from {k0} to {k1}",
+        [a - b for a, b in zip(small, large, strict=True)],
+        lambda d: d >= DROP,
+      )
     )
-  )
   if config.time_verdict:
     over = metrics["time_over_dense"]
     out.append(
@@ -438,8 +438,10 @@ def _plot_cost(by_kernel, workdir):
 
 
 def _plot_recall(config, metrics, workdir):
-  fig = harness.figure(cols=2)
-  left, right = fig.subplots(1, 2)
+  cols = 2 if config.capacity else 1
+  fig = harness.figure(cols=cols)
+  axes = fig.subplots(1, cols, squeeze=False)[0]
+  left = axes[0]
   reach = {name: r for name, (_, r) in needle_models(config).items()}
   for name in needle_models(config):
     per_seed = [metrics["accuracy"][name][needle_setting(d)] for d in config.distances]
@@ -450,6 +452,9 @@ def _plot_recall(config, metrics, workdir):
   left.set(xlabel="distance (dotted: each window's reach)", ylabel="needle accuracy")
   left.set(ylim=(-0.02, 1.02), title=f"needle, L={config.needle_len}")
   left.legend(fontsize="small")
+  if not config.capacity:
+    return harness.save(fig, workdir, f"{NAME}_recall.png")
+  right = axes[1]
   for name in mqar_models(config):
     per_seed = [metrics["accuracy"][name][mqar_setting(k)] for k in config.pairs]
     protocol.spread(right, config.pairs, per_seed, name)
