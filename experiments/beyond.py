@@ -124,8 +124,7 @@ def get_config(size="quick"):
     c.block_size, c.bench_window = 32, 16
     c.needle_len, c.distances, c.window, c.needle_width = 16, (2, 8), 4, 8
     c.window_layers = (2,)
-    c.capacity, c.mqar_vocab, c.mqar_len, c.mqar_width, c.feature_dim = True, 16, 16, 8, 4
-    c.pairs = (2, 4)
+    c.mqar_vocab, c.mqar_len, c.mqar_width, c.feature_dim, c.pairs = 16, 16, 8, 4, (2, 4)
     c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 2, 2, 1
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":

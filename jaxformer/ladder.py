@@ -298,10 +298,7 @@ def validate(name, config):
   if name == CUSTOM:
     return _validate_custom(config)
   c = config
-  for field in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "d_ff"):
-    value = c[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-      raise ConfigError(f"model.{field}={value!r}: must be a positive integer")
+  _positive_ints(c, ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "d_ff"))
   for field, allowed in (
     ("cell", recurrent.CELLS),
     ("interaction", interaction.INTERACTIONS),
@@ -309,12 +306,7 @@ def validate(name, config):
     ("head_combine", heads.HEAD_COMBINES),
     ("normalizer", mixing.NORMALIZERS),
     ("mask", mixing.MASKS),
-    ("mlp", MLPS),
-    ("activation", tuple(k for k in mlp_math.ACTIVATIONS if k != "identity")),
-    ("skip", block.SKIPS),
-    ("norm", block.NORMS),
-    ("positions", lm.POSITIONS),
-    ("dtype", DTYPES),
+    *_block_choices(),
     ("attention", attention_impls()),
   ):
     _choice(c, field, allowed)
@@ -346,19 +338,28 @@ def validate(name, config):
   return config
 
 
-def _validate_custom(c):
-  for field in ("vocab_size", "max_len", "d_model", "num_layers", "d_ff"):
+def _positive_ints(c, fields):
+  for field in fields:
     value = c[field]
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
       raise ConfigError(f"model.{field}={value!r}: must be a positive integer")
-  for field, allowed in (
+
+
+def _block_choices():
+  """(field, allowed) of the block and shell around any mixer."""
+  return (
     ("mlp", MLPS),
     ("activation", tuple(k for k in mlp_math.ACTIVATIONS if k != "identity")),
     ("skip", block.SKIPS),
     ("norm", block.NORMS),
     ("positions", lm.POSITIONS),
     ("dtype", DTYPES),
-  ):
+  )
+
+
+def _validate_custom(c):
+  _positive_ints(c, ("vocab_size", "max_len", "d_model", "num_layers", "d_ff"))
+  for field, allowed in _block_choices():
     _choice(c, field, allowed)
   if not c.mixer:
     raise ConfigError(

@@ -174,14 +174,16 @@ def test_last_slope_is_the_growth_exponent():
 
 
 def test_tiny_run_benchmarks_and_trains_over_seeds(tmp_path):
+  """The needle part for real (the capacity part's arms, verdict and plot are tested above
+  on synthetic numbers: two more 2-layer models would double this test's cost)."""
   config = beyond.get_config("tiny")
   result = protocol.run(beyond, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.experiment == beyond.NAME and result.verdict in report.VERDICTS
-  assert len(result.controls) == 3 and len(result.criteria) == 2 + 2 * len(config.window_layers) + 1
+  assert len(result.controls) == 1 and len(result.criteria) == 2 + 2 * len(config.window_layers)
   for kernel in config.kernels:
     cost = result.metrics["cost"][kernel]
     assert cost["L"] == list(config.lengths) and cost["all_ran"]
-  arms = (1 + len(config.window_layers)) * len(config.distances) + 2 * len(config.pairs)
+  arms = (1 + len(config.window_layers)) * len(config.distances)
   assert len(result.table) == arms
   assert len(result.runs) == arms * len(config.seeds)
   assert harness.finite(result.metrics["accuracy"])
