@@ -21,8 +21,14 @@ Each rung changes one slot relative to the one before it (see README's ladder ta
 
 Knobs of the spec are config fields, not classes: `interaction`, `normalizer`,
 `head_combine`, `cell`, `mlp_w2`, `norm`, `attention`, `window`, ...
+
+One more name is not a rung of the reconstruction: `custom` puts any sequence mixer (a
+Linen module named by `mixer`, 'package.module:Class' or 'path/to/file.py:Class', built
+from `width` plus the JSON `mixer_fields`; see jaxformer.mixers) in the transformer's block,
+so a candidate trains, decodes and is measured exactly as a rung is.
 """
 
+import json
 import math
 
 import ml_collections
@@ -51,6 +57,8 @@ RUNGS = (
   "transformer",
 )
 RECURRENT_RUNGS = ("rnn", "rnn_attention")
+CUSTOM = "custom"  # any sequence mixer in the transformer's block (jaxformer.mixers)
+BUILDABLE = (*RUNGS, CUSTOM)
 
 WEIGHTS = ("full", "diagonal", "heads")
 MLPS = ("none", "kv")
@@ -71,6 +79,8 @@ class ConfigError(ValueError):
 def default_config(name):
   """A small CPU-sized config for rung `name`; every field is commented."""
   _check_rung(name)
+  if name == CUSTOM:
+    return _custom_config()
   c = ml_collections.ConfigDict()
   c.vocab_size = 64  # V: token ids are in [0, vocab_size)
   c.max_len = 64  # longest sequence the positions table covers
@@ -124,6 +134,54 @@ def default_config(name):
   return c
 
 
+def _custom_config():
+  """The transformer's block and shell around a mixer named by `mixer`."""
+  c = ml_collections.ConfigDict()
+  c.mixer = ""  # 'package.module:Class' or 'path/to/file.py:Class' (jaxformer.mixers)
+  c.mixer_fields = "{}"  # JSON object: the mixer's own fields (it gets width = d_model)
+  c.vocab_size = 64  # V
+  c.max_len = 64  # longest sequence the positions table covers
+  c.d_model = 64  # D: model width, the mixer's `width`
+  c.num_layers = 2  # blocks
+  c.d_ff = 256  # F: MLP width
+  c.positions = "learned"  # none | learned | sinusoidal
+  c.tie_embeddings = False  # share the token embedding with the output layer
+  c.use_bias = True  # biases of the MLP
+  c.final_norm = True  # layer norm before the output layer
+  c.dtype = "float32"  # activation dtype: float32 | bfloat16 (params stay float32)
+  c.scan_layers = False  # one nn.scan over the layers: params stacked under 'layers' (lm.py)
+  c.remat = "none"  # scanned layers: none | dots | full (recompute activations backward)
+  c.mlp = "kv"  # none (elementwise sigma) | kv (W2 sigma(W1 .))
+  c.mlp_w2 = True  # mlp='kv' without W2 needs d_ff == d_model
+  c.activation = "gelu"  # sigma: gelu | relu | tanh
+  c.skip = "split"  # single: x + ffn(mix(x)) | split: x + mix, then + ffn
+  c.norm = "pre"  # none | pre | post (layer norm placement)
+  c.lock()
+  return c
+
+
+def mixer_fields(config):
+  """The custom rung's `mixer_fields` as a dict; ConfigError naming the field if not JSON."""
+  try:
+    fields = json.loads(config.mixer_fields)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f"model.mixer_fields={config.mixer_fields!r}: not JSON ({e})") from e
+  if not isinstance(fields, dict):
+    raise ConfigError(f"model.mixer_fields={config.mixer_fields!r}: must be a JSON object")
+  return fields
+
+
+def custom_mixer(config):
+  """(the mixer class, its fields) of a custom config; ConfigError naming the field."""
+  from jaxformer import mixers
+
+  try:
+    cls = mixers.load(config.mixer)
+  except mixers.MixerError as e:
+    raise ConfigError(f"model.mixer: {e}") from e
+  return cls, mixer_fields(config)
+
+
 def head_rank(config):
   return config.rank if config.rank is not None else config.d_model // config.num_heads
 
@@ -133,7 +191,20 @@ def build(name, config=None):
   config = default_config(name) if config is None else config
   validate(name, config)
   c = config
-  if name in RECURRENT_RUNGS:
+  if name == CUSTOM:
+    from jaxformer.mixers import plug
+
+    cls, fields = custom_mixer(c)
+    layers = [
+      block.Block(
+        mixer=plug.in_block(plug.build(cls, c.d_model, fields)),
+        ffn=_ffn(c),
+        skip=c.skip,
+        norm=c.norm,
+      )
+      for _ in range(c.num_layers)
+    ]
+  elif name in RECURRENT_RUNGS:
     layers = [Recurrent(cell=c.cell, width=c.d_model) for _ in range(c.num_layers)]
     if name == "rnn_attention":
       layers.append(block.Block(mixer=_mixer(c), ffn=block.Activation("identity")))
@@ -199,8 +270,8 @@ def _ffn(c):
 
 
 def _check_rung(name):
-  if name not in RUNGS:
-    raise ConfigError(f"rung={name!r}: expected one of {', '.join(RUNGS)}")
+  if name not in BUILDABLE:
+    raise ConfigError(f"rung={name!r}: expected one of {', '.join(BUILDABLE)}")
 
 
 def _choice(config, field, allowed):
@@ -230,11 +301,10 @@ def validate(name, config):
   """Raises ConfigError naming the first bad field; returns the config otherwise."""
   _check_rung(name)
   _check_fields(name, config)
+  if name == CUSTOM:
+    return _validate_custom(config)
   c = config
-  for field in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "d_ff"):
-    value = c[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-      raise ConfigError(f"model.{field}={value!r}: must be a positive integer")
+  _positive_ints(c, ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "d_ff"))
   for field, allowed in (
     ("cell", recurrent.CELLS),
     ("interaction", interaction.INTERACTIONS),
@@ -242,14 +312,7 @@ def validate(name, config):
     ("head_combine", heads.HEAD_COMBINES),
     ("normalizer", mixing.NORMALIZERS),
     ("mask", mixing.MASKS),
-    ("mlp", MLPS),
-    ("activation", tuple(k for k in mlp_math.ACTIVATIONS if k != "identity")),
-    ("skip", block.SKIPS),
-    ("norm", block.NORMS),
-    ("positions", lm.POSITIONS),
-    ("dtype", DTYPES),
-    ("scan_layers", (False, True)),
-    ("remat", tuple(lm.REMAT)),
+    *_block_choices(),
     ("attention", attention_impls()),
   ):
     _choice(c, field, allowed)
@@ -283,3 +346,44 @@ def validate(name, config):
       f"model.mask={c.mask!r}: attention kernels are causal; use attention='generic'"
     )
   return config
+
+
+def _positive_ints(c, fields):
+  for field in fields:
+    value = c[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+      raise ConfigError(f"model.{field}={value!r}: must be a positive integer")
+
+
+def _block_choices():
+  """(field, allowed) of the block and shell around any mixer."""
+  return (
+    ("mlp", MLPS),
+    ("activation", tuple(k for k in mlp_math.ACTIVATIONS if k != "identity")),
+    ("skip", block.SKIPS),
+    ("norm", block.NORMS),
+    ("positions", lm.POSITIONS),
+    ("dtype", DTYPES),
+    ("scan_layers", (False, True)),
+    ("remat", tuple(lm.REMAT)),
+  )
+
+
+def _validate_custom(c):
+  _positive_ints(c, ("vocab_size", "max_len", "d_model", "num_layers", "d_ff"))
+  for field, allowed in _block_choices():
+    _choice(c, field, allowed)
+  if not c.mixer:
+    raise ConfigError(
+      "model.mixer: empty; name a mixer class, 'package.module:Class' or 'path/to/file.py:Class'"
+    )
+  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff != c.d_model:
+    raise ConfigError(f"model.d_ff={c.d_ff}: without W2 d_ff must equal d_model={c.d_model}")
+  from jaxformer.mixers import plug
+
+  cls, fields = custom_mixer(c)
+  try:
+    plug.build(cls, c.d_model, fields)
+  except plug.MixerError as e:
+    raise ConfigError(f"model.mixer_fields: {e}") from e
+  return c

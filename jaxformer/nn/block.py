@@ -6,8 +6,8 @@
                                                         nothing adds x back, He et al. 2016)
 with layer norm placed `pre` (inside each branch, GPT-2) or `post` (after each sum,
 the original Transformer), or `none`. `decode` (and a decoding batch's left padding
-`pad_B`) reaches the mixer only: the rest is position-wise and needs no cache. The split skip with a norm between mixer and
-MLP is what stops W1 from being absorbed into Wo.
+`pad_B`) reaches the mixer only: the rest is position-wise and needs no cache. The split
+skip with a norm between mixer and MLP is what stops W1 from being absorbed into Wo.
 """
 
 import flax.linen as nn
@@ -36,15 +36,18 @@ class Block(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, decode=False, pad_B=None):
+    # left padding reaches the mixer only when there is some: a plugged-in mixer
+    # (jaxformer.mixers.plug) need not know about it unless prompts of different lengths decode
+    padding = {} if pad_B is None else {"pad_B": pad_B}
     pre = (lambda name: LayerNorm(name=name)) if self.norm == "pre" else (lambda name: _identity)
     post = (lambda name: LayerNorm(name=name)) if self.norm == "post" else (lambda name: _identity)
     if self.skip == "single":
-      mixed_BLD = self.mixer(pre("norm")(x_BLD), decode=decode, pad_B=pad_B)
+      mixed_BLD = self.mixer(pre("norm")(x_BLD), decode=decode, **padding)
       out_BLD = post("norm")(x_BLD + self.ffn(mixed_BLD))
     else:
       # the split layout; skip='none' keeps its norms and adds nothing back
       residual = self.skip == "split"
-      s_BLD = self.mixer(pre("norm1")(x_BLD), decode=decode, pad_B=pad_B)
+      s_BLD = self.mixer(pre("norm1")(x_BLD), decode=decode, **padding)
       h_BLD = post("norm1")(x_BLD + s_BLD if residual else s_BLD)
       if residual:
         self.sow("intermediates", "resid_mid", h_BLD)

@@ -45,9 +45,11 @@ def accel_model(rung):
   through jax.nn.dot_product_attention (cuDNN on a GPU, jaxformer.math.attention)."""
   model = ladder.default_config(rung)
   with model.unlocked():
-    model.d_model, model.num_layers, model.num_heads, model.d_ff = 256, 4, 4, 1024
+    model.d_model, model.num_layers, model.d_ff = 256, 4, 1024
+    if rung != ladder.CUSTOM:  # a custom mixer's heads are its own fields
+      model.num_heads = 4
     model.dtype = "bfloat16"
-    if ladder.RUNGS.index(rung) >= ladder.RUNGS.index("concat_wo"):
+    if rung in ladder.RUNGS and ladder.RUNGS.index(rung) >= ladder.RUNGS.index("concat_wo"):
       model.attention = "dot_product"
     if rung == "full_dynamic":  # D^2 scalar functions: keep D small
       model.d_model, model.num_heads = 32, 1
@@ -58,15 +60,15 @@ def accel_model(rung):
 
 def get_config(rung="transformer", size="cpu"):
   """The training config of `rung` at `size` (cpu or accel)."""
-  if rung not in ladder.RUNGS:
-    raise ladder.ConfigError(f"rung={rung!r}: expected one of {', '.join(ladder.RUNGS)}")
+  if rung not in ladder.BUILDABLE:
+    raise ladder.ConfigError(f"rung={rung!r}: expected one of {', '.join(ladder.BUILDABLE)}")
   if size not in SIZES:
     raise ladder.ConfigError(f"size={size!r}: expected one of {', '.join(SIZES)}")
   accel = size == "accel"
   recurrent = rung in ladder.RECURRENT_RUNGS
 
   c = ml_collections.ConfigDict()
-  c.rung = rung  # which model of the ladder (jaxformer.ladder.RUNGS)
+  c.rung = rung  # which model of the ladder (jaxformer.ladder.RUNGS, or custom: any mixer)
   # The rung's ConfigDict; vocab_size and max_len None: the task's (set them to override).
   c.model = sized_by_task(accel_model(rung) if accel else ladder.default_config(rung))
   c.task = ACCEL_TASK if accel else CPU_TASK  # jaxformer.data task spec string

@@ -72,6 +72,8 @@ def matmul_param_count(params, tie_embeddings=False):
 def flops_per_token(rung, model_config, seq_len, matmul_params):
   """Model FLOPs (forward + backward) per trained token, by the formula in the docstring."""
   c = model_config
+  if rung == ladder.CUSTOM:  # a custom mixer's own arithmetic has no formula here
+    return 6 * matmul_params
   if rung in ladder.RECURRENT_RUNGS:
     mixer_layers = 1 if rung == "rnn_attention" else 0
   else:
