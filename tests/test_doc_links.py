@@ -5,7 +5,8 @@ the build files and the notebooks (markdown and code cells alike):
 - a relative Markdown link `[text](target)` resolves from the file that holds it;
 - a mention of a Markdown file by name (`docs/reconstruction.md`, or bare `jax-notes.md` as in
   "docs: jax-notes.md") names a file at the repository root or in docs/.
-Files that jaxformer writes at run time (a run's report.md, ...) are the only exceptions.
+Files that jaxformer writes at run time (a run's report.md, scorecard.md, ...) are the only
+exceptions.
 """
 
 import json
@@ -19,7 +20,7 @@ SKIP_DIRS = {".git", ".venv", "runs", "build", "__pycache__", ".pytest_cache", "
 SUFFIXES = {".md", ".py", ".ipynb", ".sh", ".cfg", ".toml", ".txt"}
 NAMES = {"Makefile"}
 # Written by the code, not stored: experiments/report.py and experiments/gpu_bench.sh.
-WRITTEN_AT_RUN_TIME = {"report.md", "benchmarks_gpu.md"}
+WRITTEN_AT_RUN_TIME = {"report.md", "benchmarks_gpu.md", "scorecard.md"}
 
 MARKDOWN_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 MD_MENTION = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.md)\b")

@@ -70,7 +70,7 @@ def train(config, workdir=None, profile_steps=0):
       f"data x fsdp = {dp} (mesh_shape={tuple(mesh.shape.values())})"
     )
   # This process reads the rows its devices hold: processes sharing a batch shard, the same.
-  shard = dict(zip(("shard_index", "shard_count"), sharding.process_batch_shard(mesh), strict=True))
+  shard = _batch_shard(mesh)
 
   # --- data -------------------------------------------------------------------------------
   train_ds, test_ds = _datasets(config.task, config.data_dir)
@@ -309,7 +309,7 @@ def evaluate_workdir(workdir, *, batch_size=None, eval_batches=None, data_dir=No
   with sharding.active(mesh):
     program = program_lib.build(config, mesh, (config.batch_size, test_ds.seq_len))
     step, params = workdir_lib.restore_params(workdir, config, program.abstract_state["params"])
-    return {"step": step, **_evaluate(program, params, test_ds, config)}
+    return {"step": step, **_evaluate(program, params, test_ds, config, _batch_shard(mesh))}
 
 
 class _Trace:
@@ -348,6 +348,12 @@ def _datasets(spec, data_dir):
   if not lead:
     splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
   return splits
+
+
+def _batch_shard(mesh):
+  """The Loader's shard_index / shard_count: the batch rows this process's devices hold."""
+  index, count = sharding.process_batch_shard(mesh)
+  return {"shard_index": index, "shard_count": count}
 
 
 def _evaluate(program, params, dataset, config, shard):
