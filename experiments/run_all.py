@@ -46,10 +46,7 @@ def run_one(module, size, workdir):
   start = time.time()
   try:
     config = module.get_config(size)
-    if hasattr(module, "run"):  # an experiment not yet declared through the protocol
-      result = module.run(config, workdir)
-    else:
-      result = protocol.run(module, config, workdir, size)
+    result = protocol.run(module, config, workdir, size)
   except Exception as e:  # report it and keep going: nothing else is lost
     traceback.print_exc()
     result = report.Result(
