@@ -80,17 +80,7 @@ def get_config(size="quick"):
   c.tau_ranks = ()  # r of the temperature sweep (empty: no sweep)
   c.tau_factors = (0.25, 1.0, 4.0)  # tau = factor x sqrt(r); must hold 1
   c.tau_length = 64  # L of the temperature sweep (pre-norm, softmax)
-  c.num_examples = 20_000
-  c.num_test_examples = 512  # halves: validation (selection, early stop) and eval
-  c.seed = 0  # generates the task's examples (the sweep's seeds vary init and order)
-  c.seeds = (0, 1, 2)
-  c.learning_rates = (3e-3,)
-  c.weight_decays = (0.1,)
-  c.batch_size = 32
-  c.total_steps = 300  # upper bound per arm; every replica stops at early_stop_accuracy
-  c.warmup_steps = 50
-  c.eval_every = 100
-  c.early_stop_accuracy = 0.99
+  protocol.set_sweep_defaults(c, total_steps=300)
   if size == "tiny":  # the tests: seconds
     c.d_model, c.num_layers, c.lengths, c.num_kv_pairs = 16, 1, (8, 12), 2
     c.tau_ranks, c.tau_factors, c.tau_length = (4,), (1.0, 4.0), 8

@@ -47,6 +47,25 @@ from jaxformer import ladder
 from jaxformer.train import sweep
 
 SIZES = ("tiny", "quick", "full", "accel")
+
+
+def set_sweep_defaults(c, total_steps):
+  """Sets the sweep and data fields most quick configs share on ConfigDict `c`: 3 seeds at
+  one learning rate, batch 32, MQAR-sized data, early stop at 0.99, `total_steps` a ceiling."""
+  c.num_examples = 20_000
+  c.num_test_examples = 512  # halves: validation (selection, early stop) and eval
+  c.seed = 0  # generates the task's examples (the sweep's seeds vary init and order)
+  c.seeds = (0, 1, 2)
+  c.learning_rates = (3e-3,)
+  c.weight_decays = (0.1,)
+  c.batch_size = 32
+  c.total_steps = total_steps  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.warmup_steps = 50
+  c.eval_every = 100
+  c.early_stop_accuracy = 0.99
+  return c
+
+
 # Training fields an experiment config may set for every arm (the rest keep the defaults of
 # jaxformer/train/config.py); seed and learning rate come from the sweep.
 SCHEDULE = ("batch_size", "total_steps", "eval_every", "early_stop_accuracy", "warmup_steps")
