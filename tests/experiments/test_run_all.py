@@ -6,31 +6,29 @@ import types
 from experiments import report, run_all
 
 
-def _module(name, run):
+def _declared(passes_control):
+  """An experiment declared through the protocol: no arms to train, one control, one claim."""
   return types.SimpleNamespace(
-    NAME=name, CLAIM=f"{name} claims", get_config=lambda size: {"size": size}, run=run
+    NAME="symmetry",
+    CLAIM="symmetry claims",
+    get_config=lambda size: {"seeds": (0, 1, 2)},
+    arms=lambda config: [],
+    controls=lambda metrics, config: [report.Criterion("the control learns", passes_control)],
+    criteria=lambda metrics, config: [report.Criterion("the claim holds", True)],
   )
 
 
-def _passing(config, workdir):
-  return report.Result(
-    experiment="fixed_memory",
-    claim="fixed_memory claims",
-    setup=f"size={config['size']}",
-    criteria=[report.Criterion("one holds", True, {"value": 1.0})],
-    metrics={"value": 1.0},
-  )
-
-
-def _crashing(config, workdir):
+def _crashing(config):
   raise RuntimeError("out of memory at L=4096")
 
 
 def test_a_crash_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
-  modules = {
-    "experiments.fixed_memory": _module("fixed_memory", _passing),
-    "experiments.beyond": _module("beyond", _crashing),
-  }
+  crashing = _declared(True)
+  crashing.NAME = "beyond"
+  crashing.arms = _crashing
+  passing = _declared(True)
+  passing.NAME = "fixed_memory"
+  modules = {"experiments.fixed_memory": passing, "experiments.beyond": crashing}
   monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
   code = run_all.main(
     ["--only", "beyond,fixed_memory", "--size", "tiny", "--workdir", str(tmp_path)]
@@ -54,18 +52,6 @@ def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
   assert run_all.main(["--only", "fixed_memroy", "--workdir", str(tmp_path)]) == 2
   assert "unknown experiment(s) ['fixed_memroy']" in capsys.readouterr().out
   assert not (tmp_path / "results.json").exists()
-
-
-def _declared(passes_control):
-  """An experiment declared through the protocol: no arms to train, one control, one claim."""
-  return types.SimpleNamespace(
-    NAME="symmetry",
-    CLAIM="symmetry claims",
-    get_config=lambda size: {"seeds": (0, 1, 2)},
-    arms=lambda config: [],
-    controls=lambda metrics, config: [report.Criterion("the control learns", passes_control)],
-    criteria=lambda metrics, config: [report.Criterion("the claim holds", True)],
-  )
 
 
 def test_a_failed_control_makes_the_verdict_inconclusive_not_pass(tmp_path, monkeypatch, capsys):
