@@ -28,9 +28,10 @@ guess among the values in context).
 Sizes: quick (`make run`): V = 32, D in {16, 64}, (K, L) in {(2, 16), (4, 16)}, lstm and
 transformer, 3 seeds at one learning rate each (lstm 1e-2 for up to 1,000 steps, transformer
 3e-3 for up to 400). full: V = 64, D in {16, 32, 64, 128, 256}, (K, L) in {(2, 16), (4, 32),
-(8, 64), (16, 128)}, all five models, 3 seeds x learning rates {1e-3, 3e-3, 1e-2}. accel: Zoology's Figure 2 setting: V = 8192,
-(L, K) in {(64, 4), (128, 8), (256, 16)}, D in {64, 128, 256, 512}, 2 layers, 4 learning
-rates logspace(1e-4, 1e-2). Measured numbers: docs/experiments.md.
+(8, 64), (16, 128)}, all five models, 3 seeds x learning rates {1e-3, 3e-3, 1e-2}. accel:
+Zoology's Figure 2 setting: V = 8192, (L, K) in {(64, 4), (128, 8), (256, 16)}, D in
+{64, 128, 256, 512}, 2 layers, 4 learning rates logspace(1e-4, 1e-2). Measured numbers:
+docs/experiments.md.
 """
 
 import math
