@@ -79,12 +79,14 @@ class AbsorptionTest(chex.TestCase):
       self.assertGreater(fits[layer], BROKEN, layer)
       closed = absorption.closed_form(params["params"][layer], config.skip)
       self.assertGreaterEqual(absorption.residual(closed, x, o, pre), fits[layer], layer)
-    # eager here; the jitted variant fuses and rounds differently (seen: 0.11 % apart), which
-    # is noise against the 1e-5 vs 1e-2 gap the claim rests on
+    # absorption.residuals runs eagerly, so it is checked against fits of an eager cache (the
+    # jitted variant fuses and rounds differently: a fresh clone saw its fits 0.11 % apart)
     measured = absorption.residuals(model, params, tokens)
+    _, eager = run_with_cache(model, params, tokens)
     self.assertEqual(measured.keys(), fits.keys())
     for layer, value in measured.items():
-      self.assertAlmostEqual(value, fits[layer], delta=1e-2 * value)
+      _, expected = absorption.fit(*_activations(eager, layer))
+      self.assertAlmostEqual(value, expected, delta=1e-3 * value)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_the_absorbed_single_skip_block_gives_the_block_output(self):
