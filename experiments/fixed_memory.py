@@ -80,9 +80,11 @@ def get_config(size="quick"):
   c.learning_rates = (3e-3,)
   # Per model, where the one-rate quick grid needs it (measured while sizing, V = 32, K = 2,
   # D = 64: an LSTM at 3e-3 stays at the 1/K guess for 1,500 steps and at 1e-2 reaches
-  # 0.85-0.88 in 1,000; a transformer at 1e-2 lost a seed of 3 where at 3e-3 none)
-  c.model_learning_rates = {"lstm": (1e-2,)}
-  c.model_steps = {"lstm": 1000}
+  # 0.85-0.88 in 1,000; a transformer at 1e-2 lost a seed of 3 where at 3e-3 none). The
+  # other sizes train every model on the whole learning-rate grid and step budget.
+  quick = size == "quick"
+  c.model_learning_rates = {"lstm": (1e-2,)} if quick else {}
+  c.model_steps = {"lstm": 1000} if quick else {}
   c.weight_decays = (0.1,)
   c.batch_size = 64
   c.total_steps = 400  # upper bound per arm; every replica stops at early_stop_accuracy
@@ -95,7 +97,7 @@ def get_config(size="quick"):
   if size == "tiny":  # the tests: seconds
     c.vocab_size, c.grid, c.widths, c.attention_from_width = 16, ((2, 16), (4, 16)), (8, 16), 8
     c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
-    c.model_learning_rates, c.model_steps = {}, {"lstm": 6}
+    c.model_steps = {"lstm": 6}
     c.total_steps, c.eval_every, c.warmup_steps = 4, 2, 1
     c.batch_size, c.num_examples, c.num_test_examples = 8, 64, 32
   elif size == "full":
@@ -103,14 +105,13 @@ def get_config(size="quick"):
     c.grid = ((2, 16), (4, 32), (8, 64), (16, 128))
     c.widths, c.attention_from_width = (16, 32, 64, 128, 256), 32
     c.models = tuple(MODELS)
-    c.learning_rates, c.model_learning_rates = (1e-3, 3e-3, 1e-2), {}
-    c.total_steps, c.eval_every, c.model_steps = 2000, 250, {}
+    c.learning_rates = (1e-3, 3e-3, 1e-2)
+    c.total_steps, c.eval_every = 2000, 250
   elif size == "accel":
     c.vocab_size, c.grid = 8192, ((4, 64), (8, 128), (16, 256))
     c.widths, c.attention_from_width = (64, 128, 256, 512), 64
     c.models = tuple(MODELS)
     c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
-    c.model_learning_rates, c.model_steps = {}, {}
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
     c.num_examples, c.num_test_examples = 100_000, 2000
   elif size != "quick":
