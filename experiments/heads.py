@@ -28,7 +28,7 @@ heads of the grid by more than 0.05 adjusted accuracy.
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
 heads at H = 4, MQAR V=64 L=16 K=4, 3 seeds at lr 3e-3, up to 400 steps. full: H in
-{1, 2, 4, 8, 16} on MQAR V=64 L=32 K=8, 3 seeds x lr {1e-3, 3e-3}, up to 1,000 steps. A sizing
+{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 3 seeds x lr {3e-3, 1e-2}, up to 1,000 steps. A sizing
 run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
 """
@@ -73,8 +73,9 @@ def get_config(size="quick"):
     c.eval_every, c.warmup_steps, c.num_examples, c.num_test_examples = 2, 1, 64, 32
     c.decode_batch = 2
   elif size == "full":
-    c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 2, 4, 8, 16), 32, 8
-    c.learning_rates = (1e-3, 3e-3)
+    # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
+    c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 4, 8, 16), 32, 8
+    c.learning_rates = protocol.FULL_LEARNING_RATES
     c.total_steps, c.eval_every = 1000, 100
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4

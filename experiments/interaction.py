@@ -36,7 +36,7 @@ tanh scores are mostly a sum (share <= WEAK).
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
 quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3 seeds at lr 3e-3.
-full: the same, up to 1,500 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}. accel:
+full: the same, up to 1,500 steps, 3 seeds x lr {3e-3, 1e-2}. accel:
 MQAR V=256 L=128 K=16, D=128.
 Measured (quick, 3 seeds; 81 cpu-s on a loaded 2-core machine, ~62 s quiet): PASS. Adjusted
 accuracy bilinear 1.0 / 1.0 / 0.99 and lowrank 1.0 / 0.99 / 1.0 (0.9 at steps 250-300),
@@ -110,7 +110,7 @@ def get_config(size="quick"):
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
     c.num_examples, c.num_test_examples, c.probe_batch, c.grid_points = 64, 32, 8, 21
   elif size == "full":
-    c.learning_rates = (1e-3, 3e-3, 1e-2)
+    c.learning_rates = protocol.FULL_LEARNING_RATES
     c.total_steps, c.eval_every, c.warmup_steps = 1500, 50, 100
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128

@@ -103,7 +103,7 @@ def get_config(size="quick"):
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     c.d_model, c.compared, c.matched_to = 12, ("diagonal", "full"), ("diagonal", "full")
-    c.learning_rates = (3e-3, 1e-2)
+    c.learning_rates = protocol.FULL_LEARNING_RATES
   elif size == "accel":
     c.d_model, c.compared, c.matched_to = 32, ("diagonal", "full"), ("diagonal", "full")
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8

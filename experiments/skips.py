@@ -22,8 +22,8 @@ reaches adjusted accuracy >= RECALLS; the no-skip stack stays <= FAILS.
   python -m experiments.skips --size accel --workdir runs/skips_accel
 
 quick: MQAR V=16 L=16 K=4, D=32, no skip at depths 2 and 4, residual at depth 4, batch 32,
-up to 400 steps, 3 seeds at lr 3e-3. full: both at depths 2, 4 and 8, 3 seeds x lr {1e-3,
-3e-3, 1e-2}, 1,000 steps. accel: MQAR V=256 L=64 K=8, D=128, depths 2 to 16.
+up to 400 steps, 3 seeds at lr 3e-3. full: both at depths 2, 4 and 8, 3 seeds x lr {3e-3,
+1e-2}, 1,000 steps. accel: MQAR V=256 L=64 K=8, D=128, depths 2 to 16.
 Measured (quick, 3 seeds; 72 cpu-s on a loaded 2-core machine): PASS. Adjusted accuracy: no
 skip, 2 blocks 0.83 / 0.57 / 0.57 (still rising at step 400); no skip, 4 blocks 0.03 / 0.06 /
 0.07; residual, 4 blocks 1.0 / 0.99 / 0.98 (early stop by step 250). Measured (full, 3 seeds x
@@ -79,7 +79,7 @@ def get_config(size="quick"):
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
-    c.learning_rates = (1e-3, 3e-3, 1e-2)
+    c.learning_rates = protocol.FULL_LEARNING_RATES
     c.total_steps, c.eval_every, c.warmup_steps = 1000, 100, 100
   elif size == "accel":
     c.task = "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8"

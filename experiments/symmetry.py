@@ -34,7 +34,7 @@ neighbour contrast exceeds matrix_sum's by >= CONTRAST_MARGIN (paired by seed: s
 
 quick: MQAR V=16 L=16 K=4 only (induction needs ~1,500 steps: full size), D=64, 2 layers,
 batch 32, up to 300 steps, 3 seeds at lr 3e-3. full: MQAR and induction V=16 L=16 (one
-compiled program per model serves both), up to 1,500 steps, 3 seeds x lr {1e-3, 3e-3, 1e-2}.
+compiled program per model serves both), up to 1,500 steps, 3 seeds x lr {3e-3, 1e-2}.
 accel: MQAR V=256 L=64 K=8 and induction V=256 L=64, D=128, 4 learning rates.
 Measured (quick, 3 seeds; 61 cpu-s on a loaded 2-core machine, ~47 s quiet): PASS. Adjusted
 accuracy matrix_sum 1.0 / 1.0 / 0.89, source_only 0.11 / 0.05 / 0.12, stateless -0.19 / -0.14
@@ -117,7 +117,7 @@ def get_config(size="quick"):
     c.num_examples, c.num_test_examples, c.probe_batch, c.far_offset = 64, 32, 8, 2
   elif size == "full":
     c.tasks.induction = "induction:vocab_size=16,seq_len=16"
-    c.learning_rates = (1e-3, 3e-3, 1e-2)
+    c.learning_rates = protocol.FULL_LEARNING_RATES
     c.total_steps, c.eval_every, c.warmup_steps = 1500, 100, 100
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
