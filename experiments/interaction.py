@@ -38,18 +38,7 @@ tanh scores are mostly a sum (share <= WEAK).
 quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3 seeds at lr 3e-3.
 full: the same, up to 1,500 steps, 3 seeds x lr {3e-3, 1e-2}. accel:
 MQAR V=256 L=128 K=16, D=128.
-Measured (quick, 3 seeds; 81 cpu-s on a loaded 2-core machine, ~62 s quiet): PASS. Adjusted
-accuracy bilinear 1.0 / 1.0 / 0.99 and lowrank 1.0 / 0.99 / 1.0 (0.9 at steps 250-300),
-additive 0.04 / 0.02 / 0.03, tanh 0.06-0.15 (never 0.9 in 600 steps); trained share beyond a
-sum: bilinear 0.53 / 0.56 / 0.51, lowrank 0.70 / 0.61 / 0.67, tanh 0.035 / 0.022 / 0.024,
-additive 0 (and its receiver dependence 2e-8: source-only weights). A first quick run at D=32
-(700 steps) failed on sizing: one seed of each pure form had not formed recall by then.
-Measured (full, 3 seeds x 3 learning rates, 1,500 steps; 316 cpu-s loaded, ~4 min quiet):
-FAIL on one criterion. Given the steps and its selected rate tanh recalls too (adjusted
-0.98-0.99; 0.9 at steps 550 / 950 / 550), as fast as lowrank at its selected rate 1e-3 (550 /
-550 / 550; bilinear 300 / 250 / 300), although its trained scores stay 94% a sum (share
-0.05-0.07; bilinear 0.54-0.56, lowrank 0.52-0.65): a network of 64 weakly interacting units
-builds enough interaction to recall. Additive stays at adjusted 0.11-0.18.
+Measured numbers, and what they show: docs/experiments.md.
 """
 
 import math

@@ -24,11 +24,7 @@ reaches adjusted accuracy >= RECALLS; the no-skip stack stays <= FAILS.
 quick: MQAR V=16 L=16 K=4, D=32, no skip at depths 2 and 4, residual at depth 4, batch 32,
 up to 400 steps, 3 seeds at lr 3e-3. full: both at depths 2, 4 and 8, 3 seeds x lr {3e-3,
 1e-2}, 1,000 steps. accel: MQAR V=256 L=64 K=8, D=128, depths 2 to 16.
-Measured (quick, 3 seeds; 72 cpu-s on a loaded 2-core machine): PASS. Adjusted accuracy: no
-skip, 2 blocks 0.83 / 0.57 / 0.57 (still rising at step 400); no skip, 4 blocks 0.03 / 0.06 /
-0.07; residual, 4 blocks 1.0 / 0.99 / 0.98 (early stop by step 250). Measured (full, 3 seeds x
-3 learning rates, 1,000 steps; 572 cpu-s loaded, ~7 min quiet): PASS. No skip: 1.0 at 2
-blocks, 0.14 at 4, -0.07 at 8 (below the 1/K guess); residual: 1.0 at 2, 4 and 8 blocks.
+Measured numbers, and what they show: docs/experiments.md.
 """
 
 import sys
