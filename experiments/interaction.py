@@ -16,7 +16,12 @@ Measured on the trained models, on a probe batch of eval-half sequences:
                      the queries and keys it computed), and the share of their variance that
                      the best additive fit g(x_i) + h(x_L) leaves unexplained (two-way ANOVA
                      per sequence, pooled), averaged over layers
-  steps to 0.9       per seed, the first evaluated step whose validation accuracy >= 0.9
+  steps to 0.9       per seed, the first evaluated step whose validation accuracy >= 0.9,
+                     the fewest over the learning-rate grid: each model at its fastest rate
+                     (selection by final accuracy can swing between rates on a near tie:
+                     in a full run with 1e-3 in the grid, lowrank selected 1e-3 over 3e-3 at
+                     the same 0.99 and took 550 steps there, against 250 at 3e-3 in the
+                     next run)
   receiver dependence  jaxformer.analysis.receivers on the trained weights
 Checks (asserted: a failure is a bug, not a finding): the trained additive scorer's share is 0
 and its weights' receiver dependence is 0: under the softmax over the sources h(x_L) cancels,
@@ -27,7 +32,8 @@ surface's share beyond a sum.
 Control (else INCONCLUSIVE): the additive model learns where answers come from (raw accuracy
 >= INFORMED x the MQAR chance 1/K), every seed. Claim, every seed: bilinear and lowrank reach
 adjusted accuracy >= RECALLS; additive stays <= FAILS; tanh is slower: each tanh seed needs
-more steps to 0.9 than every seed of each pure form (never reaching it counts as slowest);
+more steps to 0.9 at its fastest rate than every seed of each pure form at theirs (never
+reaching it counts as slowest);
 the trained bilinear and lowrank scores are mostly interaction (share >= STRONG); the trained
 tanh scores are mostly a sum (share <= WEAK).
 
@@ -156,7 +162,7 @@ def measure(config, trained, workdir):
       metrics["share_by_layer"].setdefault(name, []).append(per_layer)
       dependence.append(receiver_tv)
     metrics["share"][name], metrics["dependence"][name] = shares, dependence
-    metrics["steps_to"][name] = arm.steps_to(REACHES)
+    metrics["steps_to"][name] = arm.fastest_steps_to(REACHES)
     curves[name] = [[(s, va) for s, _, va, _, _ in r.evals] for r in arm.selected_runs()]
   check = max(metrics["share"]["additive"] + metrics["dependence"]["additive"])
   if not check <= CHECK_TOLERANCE:  # a bug in the scorer or the measure, not a finding
@@ -183,7 +189,7 @@ def _table(metrics):
       "trained share (mean over seeds)": protocol.mean(metrics["share"][name]),
       "per seed": [round(v, 3) for v in metrics["share"][name]],
       "receiver TV": protocol.mean(metrics["dependence"][name]),
-      f"steps to {REACHES} per seed": metrics["steps_to"][name],
+      f"steps to {REACHES} per seed (fastest rate)": metrics["steps_to"][name],
     }
     for name in INTERACTIONS
   ]
@@ -265,7 +271,7 @@ def criteria(metrics, config):
   out.append(
     report.Criterion(
       f"tanh learns slower: every tanh seed needs more steps to validation accuracy {REACHES} "
-      "than every bilinear and lowrank seed (never: slowest)",
+      "than every bilinear and lowrank seed, each at its fastest learning rate (never: slowest)",
       fastest_tanh > slowest_pure,
       {f"steps_{name}": steps[name] for name in ("tanh", *PURE)},
       "every seed pair",

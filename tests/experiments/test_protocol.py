@@ -1,0 +1,45 @@
+"""protocol.ArmResult's step readings: at the selected point, and at each seed's fastest rate."""
+
+import math
+
+from experiments import protocol
+from jaxformer.train import sweep
+
+
+def _run(seed, lr, accuracies, stop="completed"):
+  """A replica evaluated every 100 steps with these validation accuracies."""
+  evals = [(100 * (i + 1), 0.0, a, 0.0, a) for i, a in enumerate(accuracies)]
+  return sweep.Run(seed, lr, 0.1, [], evals, 100 * len(accuracies), stop)
+
+
+def _arm(runs, selected):
+  result = sweep.SweepResult(None, runs, None, 0.25, "1/K", 0.0, 0.0, 0)
+  return protocol.ArmResult(None, None, result, selected, 0.0)
+
+
+RUNS = [
+  _run(0, 1e-3, [0.5, 0.95, 0.99]),  # reaches 0.9 at 200
+  _run(0, 3e-3, [0.92, 0.96, 0.97]),  # at 100: the fastest, not the best final accuracy
+  _run(1, 1e-3, [0.5, 0.7, 0.91]),  # at 300
+  _run(1, 3e-3, [0.95, math.nan], stop="diverged"),  # at 100, but diverged: excluded
+  _run(2, 1e-3, [0.5, 0.6, 0.7]),  # never
+  _run(2, 3e-3, [0.5, 0.6, 0.8]),  # never
+]
+
+
+def test_steps_to_reads_the_selected_point():
+  steps = _arm(RUNS, (1e-3, 0.1)).steps_to(0.9)
+  assert steps[:2] == [200.0, 300.0]
+  assert math.isnan(steps[2])
+  assert _arm(RUNS, None).steps_to(0.9) == []  # every point diverged: nothing selected
+
+
+def test_fastest_steps_to_takes_each_seeds_fewest_over_the_finite_runs():
+  fastest = _arm(RUNS, (1e-3, 0.1)).fastest_steps_to(0.9)
+  assert fastest[:2] == [100.0, 300.0]
+  assert math.isnan(fastest[2])
+
+
+def test_fastest_steps_to_does_not_depend_on_the_selection():
+  for selected in ((1e-3, 0.1), (3e-3, 0.1), None):
+    assert _arm(RUNS, selected).fastest_steps_to(0.9)[:2] == [100.0, 300.0]
