@@ -128,23 +128,16 @@ class ArmResult:
   def adjusted(self):
     return [adjust(a, self.chance) for a in self.per_seed("eval_accuracy")]
 
-  def steps_to(self, accuracy):
-    """Per seed: the first evaluated step whose validation accuracy reached `accuracy` (NaN
-    if it never did)."""
-    return [_first_step(r, accuracy) for r in self.selected_runs()]
-
   def fastest_steps_to(self, accuracy):
-    """Per seed: the fewest steps to `accuracy` over every learning rate and weight decay
-    of the grid (runs that diverged excluded; NaN if no run of the seed reached it). A speed
-    read at each model's best rate for speed, apart from the selection by final accuracy,
-    which a near tie can swing from one rate to another."""
-    seeds = sorted({r.seed for r in self.sweep.runs})
-    steps = {seed: math.nan for seed in seeds}
+    """Per seed: the fewest evaluated steps to validation accuracy `accuracy` over every
+    learning rate and weight decay of the grid (runs that diverged excluded; NaN if no run of
+    the seed reached it). A speed read at each model's best rate for speed, apart from the
+    selection by final accuracy, which a near tie can swing from one rate to another."""
+    hits = {r.seed: [] for r in self.sweep.runs}
     for r in self.sweep.runs:
-      step = _first_step(r, accuracy) if r.finite else math.nan
-      if not math.isnan(step) and (math.isnan(steps[r.seed]) or step < steps[r.seed]):
-        steps[r.seed] = step
-    return [steps[seed] for seed in seeds]
+      if r.finite:
+        hits[r.seed] += [step for step, _, va, _, _ in r.evals if va >= accuracy]
+    return [float(min(hits[seed], default=math.nan)) for seed in sorted(hits)]
 
   def model(self):
     return ladder.build(self.config.rung, self.config.model)
@@ -293,13 +286,6 @@ def train(arms, config, log=print):
       + (f"; {diverged} diverged" if diverged else "")
     )
   return Trained(results)
-
-
-def _first_step(run, accuracy):
-  """The first evaluated step of `run` whose validation accuracy reached `accuracy` (NaN if
-  none did)."""
-  hits = [step for step, _, va, _, _ in run.evals if va >= accuracy]
-  return float(hits[0]) if hits else math.nan
 
 
 def _point(selected):

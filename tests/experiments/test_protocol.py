@@ -1,4 +1,4 @@
-"""protocol.ArmResult's step readings: at the selected point, and at each seed's fastest rate."""
+"""protocol.ArmResult.fastest_steps_to: steps to an accuracy at each seed's fastest rate."""
 
 import math
 
@@ -25,13 +25,6 @@ RUNS = [
   _run(2, 1e-3, [0.5, 0.6, 0.7]),  # never
   _run(2, 3e-3, [0.5, 0.6, 0.8]),  # never
 ]
-
-
-def test_steps_to_reads_the_selected_point():
-  steps = _arm(RUNS, (1e-3, 0.1)).steps_to(0.9)
-  assert steps[:2] == [200.0, 300.0]
-  assert math.isnan(steps[2])
-  assert _arm(RUNS, None).steps_to(0.9) == []  # every point diverged: nothing selected
 
 
 def test_fastest_steps_to_takes_each_seeds_fewest_over_the_finite_runs():
