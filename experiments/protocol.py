@@ -228,6 +228,8 @@ class Trained:
               "final_step": x.final_step,
               "stop_reason": x.stop_reason,
               "selected": r.selected == (x.learning_rate, x.weight_decay),
+              # the validation curve: readings such as fastest_steps_to recompute from it
+              "val_accuracy_by_step": [[step, va] for step, _, va, _, _ in x.evals],
             },
           }
         )

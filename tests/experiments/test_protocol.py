@@ -36,3 +36,16 @@ def test_fastest_steps_to_takes_each_seeds_fewest_over_the_finite_runs():
 def test_fastest_steps_to_does_not_depend_on_the_selection():
   for selected in ((1e-3, 0.1), (3e-3, 0.1), None):
     assert _arm(RUNS, selected).fastest_steps_to(0.9)[:2] == [100.0, 300.0]
+
+
+def test_the_runs_records_recompute_the_fastest_steps():
+  arm = _arm(RUNS, (1e-3, 0.1))
+  arm.arm = protocol.Arm("m", "s", "transformer", "mqar")
+  records = protocol.Trained([arm]).records()
+  fewest = {}
+  for rec in records:
+    if rec["metrics"]["stop_reason"] != "diverged":
+      hits = [step for step, va in rec["metrics"]["val_accuracy_by_step"] if va >= 0.9]
+      fewest[rec["seed"]] = min(hits + [fewest.get(rec["seed"], math.inf)])
+  assert [fewest[seed] for seed in (0, 1)] == arm.fastest_steps_to(0.9)[:2] == [100.0, 300.0]
+  assert fewest[2] == math.inf and math.isnan(arm.fastest_steps_to(0.9)[2])
