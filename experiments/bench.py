@@ -7,6 +7,7 @@
   python -m experiments.bench all              # every suite at its default size
   python -m experiments.bench train --cpu-devices 2   # data parallel over 2 CPU devices
   python -m experiments.bench train --compare torch   # beside PyTorch eager, same process
+  python -m experiments.bench matmul --compare torch  # each matrix product, XLA beside torch
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
 A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
@@ -21,11 +22,12 @@ import os
 import sys
 
 from jaxformer import compile_cache, ladder
-from jaxformer.bench import BenchError, attention, decode, format_table, machine, train
+from jaxformer.bench import BenchError, attention, decode, format_table, machine, matmul, train
 
 SUITES = {
   "attention": attention.SUITE,
   "decode": decode.SUITE,
+  "matmul": matmul.SUITE,
   "train": train.SUITE,
 }
 
@@ -113,7 +115,8 @@ def main(argv=None):
   parser.add_argument(
     "--compare",
     choices=["torch"],
-    help="train suite: time a PyTorch eager model of the same shape in alternating windows",
+    help="train suite: time a PyTorch eager model of the same shape in alternating windows; "
+    "matmul suite: time torch.matmul on the same operands",
   )
   parser.add_argument("--json", action="store_true", help="print one JSON object")
   parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
