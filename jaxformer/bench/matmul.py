@@ -112,6 +112,17 @@ def _torch_matmul(lhs, rhs, contracting, batch):
   return lambda: torch.matmul(a, b)
 
 
+def _warm_torch(seconds=0.5):
+  """Multiply for a while before timing torch: its first products in a process run ~15% slow
+  (its thread pool spinning up), which would fall on whichever product comes first."""
+  import torch
+
+  a = torch.ones(1024, 1024)
+  start = time.perf_counter()
+  while time.perf_counter() - start < seconds:
+    torch.matmul(a, a)
+
+
 def run(model_size="gpt_small", repeats=5, calls=5, compare=None):
   """One row per product of the train step at `model_size`, and an `all` row."""
   check_choice("model_size", model_size, tuple(train_bench.MODELS))
@@ -119,6 +130,8 @@ def run(model_size="gpt_small", repeats=5, calls=5, compare=None):
   check_positive(repeats=repeats, calls=calls)
   if compare == "torch" and jax.default_backend() != "cpu":
     raise BenchError(f"compare={compare!r}: runs on a CPU only (PyTorch on CPU)")
+  if compare == "torch":
+    _warm_torch()
   rng = np.random.default_rng(0)
   rows = []
   for name, lhs_shape, rhs_shape, contracting, batch, per_step in products(model_size):
