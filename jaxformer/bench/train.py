@@ -262,7 +262,14 @@ def run(
     rows[0]["speed_vs_torch_windows"] = [round(r, 4) for r in ratios]
     import torch
 
-    rows.append(row("torch", params=torch_params, torch_threads=torch.get_num_threads()))
+    rows.append(
+      row(
+        "torch",
+        params=torch_params,
+        torch_threads=torch.get_num_threads(),
+        attention="sdpa",  # F.scaled_dot_product_attention, not jaxformer's kernel
+      )
+    )
   return rows
 
 

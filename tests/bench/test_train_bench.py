@@ -61,6 +61,7 @@ def test_compare_torch_times_the_same_model_in_alternating_windows(monkeypatch):
   assert torch_row["params"] == jax_row["params"]
   for key in ("flops_per_step", "batch", "seq_len", "dtype"):
     assert torch_row[key] == jax_row[key], key
+  assert torch_row["attention"] == "sdpa"  # its own kernel, not jaxformer's attention
   assert len(jax_row["speed_vs_torch_windows"]) == 3
   assert jax_row["speed_vs_torch"] == pytest.approx(
     sorted(jax_row["speed_vs_torch_windows"])[1], abs=1e-4
