@@ -50,9 +50,10 @@ time and memory vs L.
   state             decode-state bytes at the largest L <= the reference's
   time, memory      at the largest L <= COST_FACTOR x the reference's
 Sizes: tiny (the tests: seconds), quick (the five built-ins at D = 32, V = 32, every task at
-L = 32, 3 seeds: within 15 minutes on 2 CPU cores), full (widths D in {16, 32, 64}: the recall-vs-state
-plot gets a curve per mixer; L up to 64, 3 learning rates), accel (Zoology's V = 8192
-setting, L up to 256 trained and 16384 for the costs).
+L = 32, 3 seeds: within 15 minutes on 2 CPU cores), full (widths D in {16, 32, 64}: the
+recall-vs-state plot gets a curve per mixer; L up to 64, the two learning rates of
+protocol.FULL_LEARNING_RATES), accel (Zoology's V = 8192 setting, L up to 256 trained and
+16384 for the costs).
 Measured numbers: docs/experiments.md.
 """
 
