@@ -9,7 +9,8 @@ the train suite's model at `model_size` (jaxformer.bench.train.MODELS) it lists 
 of one train step: for each projection x[T, a] @ W[a, b] (T = batch x seq_len tokens; q, k,
 v and o; the MLP's two matrices; the unembedding) the forward product x W, the input gradient
 g W^T and the weight gradient x^T g, and the blockwise attention's batched block products
-(batch x heads blocks of bq x head_dim against bk x head_dim). Each is one jitted
+(batch x heads blocks of bq x head_dim against bk x head_dim; the backward pass recomputes
+some, see `products`). Each is one jitted
 `lax.dot_general` with those dimension numbers, so XLA sees the operand layouts the step's
 products have (no transpose copies: a row reports any it finds in the compiled program), and
 torch.matmul gets the same operands as transposed views, which MKL reads without a copy.
@@ -22,6 +23,7 @@ it: the time the step's matrix products would take if each ran as fast as it doe
 """
 
 import functools
+import inspect
 import time
 
 import jax
@@ -31,9 +33,11 @@ from jax import lax
 
 from jaxformer.bench import BenchError, Suite, check_choice, check_positive
 from jaxformer.bench import train as train_bench
+from jaxformer.math import blockwise
 
 COMPARE = (None, "torch")
-ATTENTION_BLOCK = 128  # jaxformer.math.blockwise's default block size: the step's block products
+# the block size of the step's attention: blockwise_attention's default
+ATTENTION_BLOCK = inspect.signature(blockwise.blockwise_attention).parameters["block_size"].default
 
 # contracting dims (lhs, rhs) of x W, g W^T and x^T g
 NN, NT, TN = ((1,), (0,)), ((1,), (1,)), ((0,), (0,))
@@ -62,12 +66,16 @@ def products(model_size="gpt_small"):
   pairs = layers * n * (n + 1) // 2  # causal block pairs per step
   bh = m["batch_size"] * heads
   batch = ((0,), (0,))
+  # Per block pair the preset's step (remat='dots') runs 8 block products, as counted in a
+  # profile of it: the forward's q k^T and p v; the backward's q k^T again (p recomputed
+  # from the saved lse), do v^T, p^T do, ds k and ds^T q; and one more p v, where remat
+  # recomputes the forward's output for the backward.
   out += [
-    # scores q k^T and (backward) do v^T: bq x K against bk x K
-    ("attention q k^T", (bh, c, k), (bh, c, k), ((2,), (2,)), batch, 2 * pairs),
-    # p v and (backward) ds k: bq x bk against bk x K
-    ("attention p v", (bh, c, c), (bh, c, k), ((2,), (1,)), batch, 2 * pairs),
-    # (backward) p^T do and ds^T q: bk x bq (transposed) against bq x K
+    # q k^T (twice) and do v^T: bq x K against bk x K
+    ("attention q k^T", (bh, c, k), (bh, c, k), ((2,), (2,)), batch, 3 * pairs),
+    # p v (twice) and ds k: bq x bk against bk x K
+    ("attention p v", (bh, c, c), (bh, c, k), ((2,), (1,)), batch, 3 * pairs),
+    # p^T do and ds^T q: bk x bq (transposed) against bq x K
     ("attention p^T do", (bh, c, c), (bh, c, k), ((1,), (1,)), batch, 2 * pairs),
   ]
   return out
