@@ -34,6 +34,7 @@ from jax import lax
 from jaxformer.bench import BenchError, Suite, check_choice, check_positive
 from jaxformer.bench import train as train_bench
 from jaxformer.math import blockwise
+from jaxformer.train import metrics
 
 COMPARE = (None, "torch")
 # the block size of the step's attention: blockwise_attention's default
@@ -95,16 +96,9 @@ def _flops(lhs, rhs, contracting, batch):
 
 
 def _best(fn, repeats, calls):
-  fn()
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    for _ in range(calls):
-      out = fn()
-    if hasattr(out, "block_until_ready"):
-      out.block_until_ready()
-    best = min(best, (time.perf_counter() - start) / calls)
-  return best
+  """metrics.best_seconds after one warm-up call."""
+  jax.block_until_ready(fn())
+  return metrics.best_seconds(fn, repeats, calls)
 
 
 def _torch_matmul(lhs, rhs, contracting, batch):
@@ -161,7 +155,6 @@ def run(model_size="gpt_small", repeats=5, calls=5, compare=None):
       copies=sum(f" {op}(" in hlo for op in ("transpose", "copy")),
     )
     jax_s = _best(jax_fn, repeats, calls)
-    row.update(jax_s=jax_s, jax_gflops=flops / jax_s / 1e9)
     if compare == "torch":
       torch_fn = _torch_matmul(lhs, rhs, contracting, batch)
       expected = np.asarray(jax_fn())
@@ -169,12 +162,9 @@ def run(model_size="gpt_small", repeats=5, calls=5, compare=None):
       torch_s = _best(torch_fn, repeats, calls)
       jax_s = min(jax_s, _best(jax_fn, repeats, calls))  # after torch, too
       row.update(
-        jax_s=jax_s,
-        jax_gflops=flops / jax_s / 1e9,
-        torch_s=torch_s,
-        torch_gflops=flops / torch_s / 1e9,
-        speed_vs_torch=torch_s / jax_s,
+        torch_s=torch_s, torch_gflops=flops / torch_s / 1e9, speed_vs_torch=torch_s / jax_s
       )
+    row.update(jax_s=jax_s, jax_gflops=flops / jax_s / 1e9)
     rows.append(row)
   total = dict(product="all", per_step=None, flops=sum(r["flops"] * r["per_step"] for r in rows))
   total["dot_s_per_step"] = sum(r["jax_s"] * r["per_step"] for r in rows)

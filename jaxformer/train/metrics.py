@@ -101,14 +101,21 @@ def matmul_flops(mesh, size, dtype, repeats=5, clock=time.perf_counter):
   matmul = jax.jit(jnp.matmul, out_shardings=rows)
   jax.block_until_ready(matmul(a, b))
   calls = 10 if accel else 1  # amortize dispatch where a matmul takes a millisecond
+  best = best_seconds(lambda: matmul(a, b), repeats, calls, clock)
+  return 2 * size**3 * mesh.size / max(best, 1e-9)
+
+
+def best_seconds(fn, repeats, calls=1, clock=time.perf_counter):
+  """The fewest seconds of `clock` per call of `fn()` over `repeats` loops of `calls` calls,
+  each loop waiting for its last result (jax arrays, or anything else as it is)."""
   best = math.inf
   for _ in range(repeats):
     start = clock()
     for _ in range(calls):
-      out = matmul(a, b)
+      out = fn()
     jax.block_until_ready(out)
     best = min(best, (clock() - start) / calls)
-  return 2 * size**3 * mesh.size / max(best, 1e-9)
+  return best
 
 
 @functools.cache
