@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from jaxformer import files
-from jaxformer.data import catalog, tasks, text, tfds_builder
-from jaxformer.data.spec import DataError, check_tokens, format_spec, parse_spec
+from jaxformer.data import bpe, catalog, tasks, text, tfds_builder
+from jaxformer.data.spec import NO_TOKENIZER, DataError, check_tokens, format_spec, parse_spec
 
 DEFAULT_DATA_DIR = os.path.join("~", ".cache", "jaxformer")
 # 'validation' names the held-out split too, for the text tasks' habit; it is 'test'.
@@ -37,6 +37,9 @@ class Dataset:
   split: str  # 'train' or 'test'
   chars: str | None = None  # the alphabet of char-level text: id i is chars[i]
   path: str = ""  # the prepared directory
+  tokenizer: Any = None  # a BPE-level text task's tokenizers.Tokenizer (jaxformer.data.bpe)
+  # text tasks: the bytes of text per token over the split (None: not recorded)
+  bytes_per_token: float | None = None
 
   def __len__(self) -> int:
     return len(self.source)
@@ -50,6 +53,8 @@ class Dataset:
     """Token ids -> text, for the text tasks (char or byte level)."""
     ids = np.asarray(ids).reshape(-1)
     check_tokens(ids, self.vocab_size, field="decode")
+    if self.tokenizer is not None:
+      return bpe.decode(self.tokenizer, ids)
     if self.chars is not None:
       return "".join(self.chars[i] for i in ids)
     if self.is_text:
@@ -58,7 +63,10 @@ class Dataset:
 
   def encode(self, text: str, field: str = "encode") -> np.ndarray:
     """Text -> int32 ids [N], for the text tasks: char level maps each character to its id in
-    the alphabet (one outside it is an error naming `field`), byte level takes UTF-8 bytes."""
+    the alphabet (one outside it is an error naming `field`), byte level takes UTF-8 bytes,
+    BPE level the tokenizer's ids."""
+    if self.tokenizer is not None:
+      return bpe.encode(self.tokenizer, text)
     if self.chars is not None:
       index = {c: i for i, c in enumerate(self.chars)}
       unknown = [c for c in text if c not in index]
@@ -84,6 +92,8 @@ def cache_key(name: str, params: dict[str, Any]) -> str:
   identity = format_spec(name, params)
   if name == "text":
     identity += "\n" + text.fingerprint(params["path"])
+    if params["tokenizer"] != NO_TOKENIZER:
+      identity += "\n" + bpe.fingerprint(params["tokenizer"])
   return f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
@@ -135,8 +145,12 @@ def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
   if not tfds_builder.is_prepared(path):
     _check_writable(root, data_dir)
     arrays, meta = _build(name, params, root)
+    extra = {}
+    if meta.get("tokenizer") is not None:  # a BPE: kept beside the data, as one json file
+      extra[bpe.FILE] = meta["tokenizer"].to_str()
+      meta = {**meta, "tokenizer": bpe.FILE}
     meta = {**meta, "spec": canonical, "seq_len": params["seq_len"]}
-    tfds_builder.prepare(path, arrays, meta)
+    tfds_builder.prepare(path, arrays, meta, files=extra)
   meta = tfds_builder.read_metadata(path)
   if meta["spec"] != canonical:
     raise DataError(f"data_dir={path}: holds {meta['spec']}, not {canonical}")
@@ -149,4 +163,20 @@ def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
     split=split,
     chars=meta.get("chars"),
     path=path,
+    tokenizer=_tokenizer(path, meta),
+    bytes_per_token=_bytes_per_token(meta, split),
   )
+
+
+def _tokenizer(path: str, meta: dict[str, Any]):
+  if not meta.get("tokenizer"):
+    return None
+  with open(os.path.join(path, meta["tokenizer"])) as f:
+    return bpe.from_json(f.read())
+
+
+def _bytes_per_token(meta: dict[str, Any], split: str) -> float | None:
+  tokens, size = meta.get("tokens") or {}, meta.get("bytes") or {}
+  if not tokens.get(split):
+    return None
+  return size[split] / tokens[split]

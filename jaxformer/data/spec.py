@@ -65,6 +65,7 @@ def _examples(train: int = 20000, test: int = 1000, seed: bool = True) -> dict[s
   return out
 
 
+NO_TOKENIZER = "none"  # text.tokenizer: a level=bpe task learns its own
 _LEVEL = Param(str, "byte", choices=("byte", "char"), doc="byte: ids 0..255; char: sorted chars")
 _TEXT_COMMON = {
   "level": _LEVEL,
@@ -108,7 +109,14 @@ SCHEMAS: dict[str, dict[str, Param]] = {
   "text": {
     "path": Param(str, None, doc="a file, directory or glob of UTF-8 / byte text files"),
     **_TEXT_COMMON,
+    "level": Param(
+      str, "byte", choices=("byte", "char", "bpe"), doc="bpe: byte-level BPE (jaxformer.data.bpe)"
+    ),
+    "vocab_size": Param(int, 0, low=0, doc="bpe: its size (>= 256); else 0 or checked >= need"),
     "val_fraction": Param(float, 0.1, low=1e-6, high=0.999999, doc="tail held out as test"),
+    "tokenizer": Param(
+      str, NO_TOKENIZER, doc="bpe: none learns one on the train split; else a tokenizer dir/file"
+    ),
   },
   "catalog": {
     "name": Param(str, None, doc="a TFDS catalog name, e.g. tiny_shakespeare, lm1b"),
@@ -228,6 +236,16 @@ def _check_selective_copy(p, f):
     raise DataError(f"{f('num_tokens')}: needs 2*num_tokens <= seq_len={p['seq_len']}")
 
 
+def _check_text(p, f):
+  if p["tokenizer"] != NO_TOKENIZER and p["level"] != "bpe":
+    raise DataError(f"{f('tokenizer')}: a tokenizer needs level=bpe (level={p['level']})")
+  if p["level"] == "bpe" and p["tokenizer"] == NO_TOKENIZER and p["vocab_size"] < 256:
+    raise DataError(
+      f"{f('vocab_size')}: level=bpe learns a BPE of vocab_size ids, >= 256 (its bytes); "
+      "e.g. vocab_size=1024, or give tokenizer=DIR"
+    )
+
+
 def _check_needle(p, f):
   if p["distance"] > p["seq_len"] - 1:
     raise DataError(f"{f('distance')}: needs distance <= seq_len-1={p['seq_len'] - 1}")
@@ -238,4 +256,5 @@ _CHECKS: dict[str, Check] = {
   "copy": _check_copy,
   "selective_copy": _check_selective_copy,
   "needle": _check_needle,
+  "text": _check_text,
 }

@@ -7,7 +7,9 @@ window[1:]), windows start every `stride` tokens, and every position is scored.
 
 Byte level has a fixed vocabulary of 256 ids; char level numbers the distinct
 characters of the whole corpus in sorted order (both splits, so ids agree), and the
-dataset keeps that alphabet to decode samples.
+dataset keeps that alphabet to decode samples. BPE level (jaxformer.data.bpe) splits the
+text on characters, learns a byte-level BPE of `vocab_size` ids on the train split (or reads
+the one `tokenizer` names, e.g. GPT-2's files) and keeps it beside the prepared data.
 """
 
 import glob
@@ -17,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxformer.data.spec import DataError, check_tokens
+from jaxformer.data import bpe
+from jaxformer.data.spec import NO_TOKENIZER, DataError, check_tokens
 
 
 def resolve_paths(path: str) -> list[str]:
@@ -92,7 +95,8 @@ def split_examples(
 
 
 def build(params: dict[str, Any]) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
-  """The text task: (examples per split, metadata with vocab_size and alphabet)."""
+  """The text task: (examples per split, metadata with vocab_size, alphabet and, for level=bpe,
+  the tokenizer object under 'tokenizer')."""
   path, level = params["path"], params["level"]
   parts = []
   for p in resolve_paths(path):
@@ -101,8 +105,46 @@ def build(params: dict[str, Any]) -> tuple[dict[str, dict[str, np.ndarray]], dic
   data = b"".join(parts)
   if not data:
     raise DataError(f"text.path={path}: the matched files are empty")
+  if level == "bpe":
+    return _build_bpe(data, params)
   ids, alphabet = encode(data, level, field=f"text.path={path}")
   vocab_size = vocab_for(ids, level, alphabet, params, "text")
   n_test = max(1, int(round(len(ids) * params["val_fraction"])))
   streams = {"train": ids[: len(ids) - n_test], "test": ids[len(ids) - n_test :]}
-  return split_examples(streams, params, "text"), {"vocab_size": vocab_size, "chars": alphabet}
+  meta = {"vocab_size": vocab_size, "chars": alphabet, "tokens": {}, "bytes": {}}
+  for split, split_ids in streams.items():
+    meta["tokens"][split] = len(split_ids)
+    meta["bytes"][split] = (
+      len(split_ids) if alphabet is None else len("".join(alphabet[i] for i in split_ids).encode())
+    )
+  return split_examples(streams, params, "text"), meta
+
+
+def _build_bpe(data: bytes, params: dict[str, Any]):
+  """level=bpe: the split is made on characters (the test split holds the same text as at char
+  level), the BPE is learned on the train split only (or read from `tokenizer`)."""
+  path = params["path"]
+  try:
+    corpus = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(f"text.path={path}: not valid UTF-8 ({e}); use level=byte") from None
+  n_test = max(1, int(round(len(corpus) * params["val_fraction"])))
+  split_text = {"train": corpus[: len(corpus) - n_test], "test": corpus[len(corpus) - n_test :]}
+  if params["tokenizer"] == NO_TOKENIZER:
+    tok = bpe.train([split_text["train"]], params["vocab_size"])
+    needed = params["vocab_size"]
+  else:
+    tok = bpe.load(params["tokenizer"])
+    needed = bpe.vocab_size(tok)
+  vocab_size = params["vocab_size"] or needed
+  streams = {split: bpe.encode(tok, t) for split, t in split_text.items()}
+  for split, ids in streams.items():
+    check_tokens(ids, vocab_size, field=f"text.vocab_size={vocab_size} ({split} split)")
+  meta = {
+    "vocab_size": vocab_size,
+    "chars": None,
+    "tokenizer": tok,
+    "bytes": {split: len(t.encode("utf-8")) for split, t in split_text.items()},
+    "tokens": {split: len(ids) for split, ids in streams.items()},
+  }
+  return split_examples(streams, params, "text"), meta

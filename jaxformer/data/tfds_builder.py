@@ -70,8 +70,14 @@ def is_prepared(path: str) -> bool:
   return os.path.isdir(path)  # only ever created by the atomic rename below
 
 
-def prepare(path: str, arrays: dict[str, dict[str, np.ndarray]], metadata: dict[str, Any]) -> None:
-  """Writes both splits under `path` (temp dir + atomic rename; the first one wins)."""
+def prepare(
+  path: str,
+  arrays: dict[str, dict[str, np.ndarray]],
+  metadata: dict[str, Any],
+  files: dict[str, str] | None = None,
+) -> None:
+  """Writes both splits under `path` (temp dir + atomic rename; the first one wins), and
+  `files` (name -> text, e.g. a tokenizer) beside them in the same rename."""
   parent = os.path.dirname(os.path.abspath(path))
   os.makedirs(parent, exist_ok=True)
   start = time.perf_counter()
@@ -91,6 +97,9 @@ def prepare(path: str, arrays: dict[str, dict[str, np.ndarray]], metadata: dict[
     finally:
       tfds.display_progress_bar(was_active)
     shutil.rmtree(os.path.join(tmp, "downloads"), ignore_errors=True)
+    for name, content in (files or {}).items():
+      with open(os.path.join(tmp, name), "w") as f:
+        f.write(content)
     try:
       os.rename(tmp, path)
     except OSError:

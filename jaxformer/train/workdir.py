@@ -2,6 +2,7 @@
 
   WORKDIR/config.json      the config as run: model.vocab_size / max_len sized for the task
   WORKDIR/task.json        the task's spec, vocab_size, seq_len and (char level) alphabet
+  WORKDIR/tokenizer.json   a BPE-level text task's tokenizer (jaxformer.data.bpe)
   WORKDIR/checkpoints/N/   verified Orbax checkpoints (jaxformer.train.checkpoint)
   WORKDIR/metrics.jsonl    and tensorboard/ (jaxformer.train.metrics)
 
@@ -25,6 +26,7 @@ import ml_collections
 from etils import epath
 
 from jaxformer import data, ladder
+from jaxformer.data import bpe
 from jaxformer.train import config as config_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train.checkpoint import Checkpointer, CheckpointError
@@ -49,6 +51,9 @@ def write_run(workdir, config, dataset):
     "seq_len": dataset.seq_len,
     "chars": dataset.chars,
   }
+  if dataset.tokenizer is not None:  # a BPE: decoding the run needs only the workdir
+    (root / bpe.FILE).write_text(dataset.tokenizer.to_str())
+    task["tokenizer"] = bpe.FILE
   (root / TASK_FILE).write_text(json.dumps(task, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -88,6 +93,9 @@ def read_task(workdir):
     spec=raw["spec"],
     split="test",
     chars=raw.get("chars"),
+    tokenizer=bpe.from_json((epath.Path(workdir) / raw["tokenizer"]).read_text())
+    if raw.get("tokenizer")
+    else None,
   )
 
 

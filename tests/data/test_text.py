@@ -30,7 +30,8 @@ def test_byte_level_windows_split_and_order(corpus):
   ids = np.frombuffer((CORPUS_A + CORPUS_B).encode(), np.uint8)  # sorted: a.txt, b.txt
   n_test = round(len(ids) * 0.2)
   train, test = ids[:-n_test], ids[-n_test:]
-  assert meta == {"vocab_size": 256, "chars": None}
+  assert meta["vocab_size"] == 256 and meta["chars"] is None
+  assert meta["tokens"] == meta["bytes"] == {"train": len(train), "test": len(test)}
   for split, stream in (("train", train), ("test", test)):
     a = arrays[split]
     assert a["inputs"].shape == ((len(stream) - 9) // 8 + 1, 8)
