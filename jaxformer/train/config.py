@@ -74,6 +74,9 @@ def get_config(rung="transformer", size="cpu"):
   c.task = ACCEL_TASK if accel else CPU_TASK  # jaxformer.data task spec string
   c.data_dir = ml_collections.FieldReference(None, field_type=str)  # None: $JAXFORMER_DATA_DIR
   c.seed = 0  # init, per-step rng and data order
+  # A GPT-2 checkpoint directory (or weights file) to fine-tune from: the transformer rung at
+  # its sizes, its tokenizer for a text task (jaxformer.interop.finetune); None: from scratch
+  c.init_from = ml_collections.FieldReference(None, field_type=str)
 
   # Global batch (all processes), per train step. accel: 512 divides every power-of-two device
   # count up to 512, so the default mesh (every device data parallel) fits any of them.

@@ -25,6 +25,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from jaxformer import data, ladder
+from jaxformer.interop import finetune
 from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
@@ -55,6 +56,7 @@ def train(config, workdir=None, profile_steps=0):
   ConfigError / DataError / MeshError / CheckpointError for a config that cannot run,
   NonFiniteError at a non-finite step (unless skip_nonfinite).
   """
+  config = finetune.resolve(config)  # init_from: the GPT-2 checkpoint's model and tokenizer
   program_lib.check_config(config)
   if profile_steps and workdir is None:
     raise ladder.ConfigError("profile: a trace needs a workdir to be written to")
@@ -100,6 +102,9 @@ def train(config, workdir=None, profile_steps=0):
         workdir_lib.write_run(workdir, config, train_ds)
     if restored is None:
       state, first_step, skipped = program.init(jax.random.key(config.seed)), 0, 0
+      if config.init_from is not None:
+        params = finetune.initial_params(config, program.abstract_state["params"])
+        state = {**state, "params": params}
     else:
       first_step, state, extra = restored
       loader.set_state(extra["loader"])
