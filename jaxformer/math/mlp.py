@@ -3,7 +3,7 @@
 W2 sigma(W1 x): rows of W1 are keys (patterns matched against x), columns of W2 are
 values written into the residual stream, weighted by how well their key matched:
   mlp(x) = sum_f sigma(k_f . x + b_f) v_f  (+ b2)
-Without W2 (`no_w2`) hidden unit f can only write coordinate f, so F must equal D.
+Without W2 (jaxformer.steps.s8_mlp, `w2=False`) hidden unit f can only write coordinate f, so F must equal D.
 """
 
 import jax
@@ -20,10 +20,6 @@ ACTIVATIONS = {
 def mlp(x_BLD, w1_DF, b1_F, w2_FD, b2_D, activation="gelu"):
   h_BLF = ACTIVATIONS[activation](x_BLD @ w1_DF + b1_F)
   return h_BLF @ w2_FD + b2_D
-
-
-def mlp_no_w2(x_BLD, w1_DF, b1_F, activation="gelu"):
-  return ACTIVATIONS[activation](x_BLD @ w1_DF + b1_F)
 
 
 def mlp_as_memory(x_BLD, keys_FD, key_bias_F, values_FD, value_bias_D, activation="gelu"):
