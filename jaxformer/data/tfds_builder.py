@@ -11,6 +11,8 @@ Two processes may prepare the same spec at once (every host of a multi-host run 
 the rename is atomic, the first one wins and the others discard their copy.
 """
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -57,14 +59,6 @@ class JaxformerTask(tfds.core.GeneratorBasedBuilder):
     for i in range(len(arrays["inputs"])):
       yield i, {k: arrays[k][i] for k in FEATURES}
 
-  # TFDS prints two lines per preparation, naming the temporary directory; experiments
-  # prepare many small specs, so `prepare` logs one line with the final one instead.
-  def _log_download_bytes(self) -> None:
-    pass
-
-  def _log_download_done(self) -> None:
-    pass
-
 
 def is_prepared(path: str) -> bool:
   return os.path.isdir(path)  # only ever created by the atomic rename below
@@ -93,7 +87,10 @@ def prepare(
     was_active = getattr(tfds.core.utils.tqdm_utils, "_active", True)
     tfds.display_progress_bar(False)
     try:
-      builder.download_and_prepare()
+      # TFDS prints two lines per preparation to stdout, naming the temporary directory;
+      # experiments prepare many small specs, so `prepare` logs one line with the final one.
+      with contextlib.redirect_stdout(io.StringIO()):
+        builder.download_and_prepare()
     finally:
       tfds.display_progress_bar(was_active)
     shutil.rmtree(os.path.join(tmp, "downloads"), ignore_errors=True)
