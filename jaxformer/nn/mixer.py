@@ -37,8 +37,8 @@ GENERIC = "generic"
 
 
 class Mixer(nn.Module):
-  scorer: nn.Module
-  valuer: nn.Module
+  scorer: nn.Module  # a jaxformer.nn.slots.Scorer
+  valuer: nn.Module  # a jaxformer.nn.slots.Valuer
   normalizer: str = "softmax"
   temperature: float | None = None
   mask: str = "causal"
