@@ -225,16 +225,31 @@ CASES = {
       "PROBE_SEQUENCES": 8,
       "TOP_K": 3,
       "UNITS_SHOWN": 2,
+      # a few steps: too few for an induction head; the check is the patching arithmetic
+      "INDUCTION_TASK": "induction:vocab_size=16,seq_len=16,num_examples=256,num_test_examples=64",
+      "INDUCTION_MODEL": {"d_model": 32, "num_layers": 2, "num_heads": 2, "d_ff": 64},
+      "INDUCTION_STEPS": 4,
     },
     "{'origin': origin, 'logit_gap': logit_gap, 'resid_gap': resid_gap, 'qk_gap': qk_gap,"
     " 'ov_gap': ov_gap, 'ranks': {k: list(v.shape) for k, v in ranks.items()},"
-    " 'probe': list(report['activations'].shape), 'units': len(units)}",
+    " 'probe': list(report['activations'].shape), 'units': len(units),"
+    " 'scores': scores.tolist(), 'heads': [[int(ind_layer), int(ind_head)],"
+    " [int(rand_layer), int(rand_head)]], 'acc': [base_acc, ind_acc, rand_acc, corrupt_acc,"
+    " patched_acc, all_patched_acc, set_acc, set_patched_acc],"
+    " 'induction_heads': [list(h) for h in induction_heads]}",
     lambda v: (
       v["origin"] == "random"
       and max(v["logit_gap"], v["resid_gap"], v["qk_gap"], v["ov_gap"]) < 1e-4
       and v["ranks"] == {"qk": [2, 4], "ov": [2, 4]}
       and v["probe"] == [4 * 32, 3]  # F = 4 D units, TOP_K contexts each
       and v["units"] == 2
+      and len(v["scores"]) == 2
+      and all(len(r) == 2 and 0 < min(r) for r in v["scores"])
+      and v["scores"][v["heads"][0][0]][v["heads"][0][1]] == max(map(max, v["scores"]))
+      and v["heads"][0] != v["heads"][1]
+      and all(0 <= a <= 1 for a in v["acc"])
+      and v["acc"][5] == v["acc"][0]  # every activation patched back: the clean run
+      and all(v["scores"][l][h] > 0.5 for l, h in v["induction_heads"])
     ),
   ),
 }
