@@ -9,7 +9,8 @@ of dashes); other tasks take and print token ids (`--prompt="3 17 5"`). The defa
 is a newline where the task has one, else token 0. A sample longer than the model's max_len
 continues from its last max_len // 2 tokens, one chunk at a time (the model has no positions
 past max_len).
-`--stop` ends a sample at that token (one character of a char-level task). A usage error
+`--stop` ends a sample at that token (one character of a char-level task, text that is one
+token of a BPE-level one, which decodes with the tokenizer the workdir keeps). A usage error
 (a bad flag, a prompt the task cannot encode, a workdir without a run) prints one line
 naming the flag and exits 2.
 """
@@ -35,7 +36,9 @@ _TOP_K = flags.DEFINE_integer(
 _TOP_P = flags.DEFINE_float("top_p", None, "Sample within the nucleus of probability p, (0, 1].")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.", lower_bound=0)
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 1, "Samples drawn at once.", lower_bound=1)
-_STOP = flags.DEFINE_string("stop", None, "End a sample at this token (text: one character).")
+_STOP = flags.DEFINE_string(
+  "stop", None, "End a sample at this token (text: one character, or one BPE token)."
+)
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
 
 flags.register_validator(
