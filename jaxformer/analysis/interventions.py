@@ -21,8 +21,11 @@ activations (`mlp_pre`, `mlp_post`) are inside one method: the MLP's output is c
 the replacement's change pushed through W2, `out + (post' - post) W2`, which is exact in real
 arithmetic (the output is affine in post) and within float rounding in float32.
 
-Not replaceable: the attention weights (`weights`, inside the mixer), `resid_mid` (a sum inside
-the block; replace `mixer/out` instead) and the states of the recurrent rungs. A name the
+The attention weights (`weights`, a_BHLM) are replaced inside the mixer's materialized form
+(`model.attention='generic'`, the default; the kernels never form them, so there the name is
+not found): its scores are normalized as the mixer does, replaced, then mixed with the values.
+Not replaceable: `resid_mid` (a sum inside the block; replace `mixer/out` instead) and the
+states of the recurrent rungs. A name the
 model does not compute, or one of those, is an error naming it. Unrolled layers only
 (`model.scan_layers=False`, the layout `run_with_cache` reads).
 """
@@ -35,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxformer.analysis.cache import COLLECTION
+from jaxformer.math import mixing
 from jaxformer.math import mlp as mlp_math
 from jaxformer.math.contract import contract
 from jaxformer.nn import block
@@ -42,7 +46,7 @@ from jaxformer.nn.layers import LayerNorm
 from jaxformer.nn.mixer import Mixer
 
 Intervention = jax.Array | np.ndarray | Callable[[jax.Array], jax.Array]
-NOT_REPLACEABLE = ("weights", "resid_mid", "states")
+NOT_REPLACEABLE = ("resid_mid", "states")
 
 __all__ = ["names", "patch", "run_with_interventions", "zero_head", "zero_units"]
 
@@ -81,6 +85,8 @@ def names(model, params, tokens_BL) -> list[str]:
   def record(next_fun, args, kwargs, context):
     module, listed = context.module, _input_names(context)
     out = next_fun(*args, **kwargs)
+    if context.method_name == "_mix" and isinstance(module, Mixer):
+      listed.append("/".join(module.path) + "/weights")
     if context.method_name == "__call__" and module.name == "ffn":
       hidden = ("mlp_pre", "mlp_post")
       listed += [f"{'/'.join(module.path)}/{k}" for k in hidden if _sown(module, k) is not None]
@@ -165,8 +171,12 @@ def _interceptor(interventions, seen):
         if name in interventions:
           seen.add(name)
           args = (_replace(name, args[0], interventions[name]), *args[1:])
-    out = next_fun(*args, **kwargs)
     module = context.module
+    weights = "/".join(module.path) + "/weights"
+    if context.method_name == "_mix" and isinstance(module, Mixer) and weights in interventions:
+      seen.add(weights)
+      return _mix_with(module, *args, interventions[weights], weights)
+    out = next_fun(*args, **kwargs)
     if context.method_name == "__call__" and module.name == "ffn":
       out = _hidden(module, out, interventions, seen)
     for name in _output_names(context):
@@ -176,6 +186,14 @@ def _interceptor(interventions, seen):
     return out
 
   return intercept
+
+
+def _mix_with(mixer, q, k, v_BMHK, mask_LM, intervention, name):
+  """Mixer._mix with the normalized weights replaced: the same three steps, scores ->
+  normalize -> mix (jaxformer.nn.mixer), the weights edited between the last two."""
+  scores_BHLM = mixer.scorer.scores(q, k, mask_LM.shape[-2])
+  a_BHLM = mixing.normalize(scores_BHLM, mask_LM, mixer.normalizer, mixer.tau)
+  return mixing.mix(_replace(name, a_BHLM, intervention), v_BMHK)
 
 
 def _sown(module, name):

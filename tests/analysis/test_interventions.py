@@ -89,16 +89,34 @@ def test_names_are_run_with_cache_names():
   _, cache = run_with_cache(model, params, tokens)
   listed = iv.names(model, params, tokens)
   assert set(listed) <= set(cache)
-  assert set(cache) - set(listed) == {
-    f"layers_{i}/{n}" for i in range(2) for n in ("mixer/weights", "resid_mid")
-  }
+  assert set(cache) - set(listed) == {f"layers_{i}/resid_mid" for i in range(2)}
 
 
 def test_an_unknown_or_unreplaceable_name_is_an_error_naming_it():
   _, model, params, tokens, _ = _setup()
   with pytest.raises(ValueError, match="layers_7/mixer/out"):
     iv.run_with_interventions(model, params, tokens, {"layers_7/mixer/out": iv.zero_head(0)})
-  with pytest.raises(ValueError, match="layers_0/mixer/weights.*not replaceable"):
-    iv.run_with_interventions(model, params, tokens, {"layers_0/mixer/weights": lambda a: a})
+  with pytest.raises(ValueError, match="layers_0/resid_mid.*not replaceable"):
+    iv.run_with_interventions(model, params, tokens, {"layers_0/resid_mid": lambda a: a})
   with pytest.raises(ValueError, match="layers_0/mixer/out.*shape"):
     iv.run_with_interventions(model, params, tokens, {"layers_0/mixer/out": np.zeros(3)})
+
+
+def test_replaced_attention_weights_are_what_the_mixer_mixes():
+  # uniform causal weights in layer 0: head outputs are then the running mean of the values
+  _, model, params, tokens, _ = _setup()
+  uniform_LM = np.tril(np.ones((LENGTH, LENGTH))) / np.arange(1, LENGTH + 1)[:, None]
+  name = "layers_0/mixer/weights"
+  edited = iv.run_with_interventions(
+    model, params, tokens, {name: lambda a: np.broadcast_to(uniform_LM, a.shape)}
+  )
+  _, cache = run_with_cache(model, params, tokens)
+  v_BMHK = np.asarray(cache["layers_0/mixer/values"])
+  mean_BLHK = np.cumsum(v_BMHK, axis=1) / np.arange(1, LENGTH + 1)[None, :, None, None]
+  by_outputs = iv.run_with_interventions(
+    model, params, tokens, {"layers_0/mixer/head_outputs": mean_BLHK}
+  )
+  np.testing.assert_allclose(edited, by_outputs, atol=1e-5, rtol=0)
+  same = iv.run_with_interventions(model, params, tokens, {name: cache[name]})
+  np.testing.assert_allclose(same, model.apply(params, tokens), atol=1e-6, rtol=0)
+  assert np.max(np.abs(edited - model.apply(params, tokens))) > 1e-3
