@@ -70,9 +70,16 @@ def run_with_interventions(model, params, tokens_BL, interventions: dict[str, In
     logits_BLV, _ = model.apply(params, tokens_BL, mutable=[COLLECTION])
   missing = [n for n in interventions if n not in seen]
   if missing:
+    known = names(model, params, tokens_BL)
+    mixer = missing[0].removesuffix("/weights")
+    if mixer != missing[0] and f"{mixer}/head_outputs" in known:
+      raise ValueError(
+        f"intervention {missing[0]!r}: attention weights are replaceable only where the mixer "
+        "materializes them (model.attention='generic'); replace head_outputs instead"
+      )
     raise ValueError(
       f"intervention {missing[0]!r}: no such replaceable activation in this model; "
-      f"replaceable: {', '.join(names(model, params, tokens_BL))}"
+      f"replaceable: {', '.join(known)}"
     )
   return logits_BLV
 

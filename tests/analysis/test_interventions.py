@@ -120,3 +120,14 @@ def test_replaced_attention_weights_are_what_the_mixer_mixes():
   same = iv.run_with_interventions(model, params, tokens, {name: cache[name]})
   np.testing.assert_allclose(same, model.apply(params, tokens), atol=1e-6, rtol=0)
   assert np.max(np.abs(edited - model.apply(params, tokens))) > 1e-3
+
+
+def test_weights_of_a_kernel_mixer_are_an_error_naming_them():
+  config = ladder.default_config("transformer")
+  config.num_layers, config.vocab_size, config.max_len, config.attention = 1, 32, LENGTH, "dense"
+  model = ladder.build("transformer", config)
+  tokens = np.zeros((1, LENGTH), np.int32)
+  params = nn.meta.unbox(model.init(jax.random.key(0), tokens))
+  with pytest.raises(ValueError, match="layers_0/mixer/weights.*generic"):
+    iv.run_with_interventions(model, params, tokens, {"layers_0/mixer/weights": lambda a: a})
+  iv.run_with_interventions(model, params, tokens, {"layers_0/mixer/head_outputs": iv.zero_head(0)})
