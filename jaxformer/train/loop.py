@@ -102,7 +102,7 @@ def train(config, workdir=None, profile_steps=0):
         workdir_lib.write_run(workdir, config, train_ds)
     if restored is None:
       state, first_step, skipped = program.init(jax.random.key(config.seed)), 0, 0
-      if config.init_from is not None:
+      if config.get("init_from") is not None:  # fine-tuning: the checkpoint's weights
         params = finetune.initial_params(config, program.abstract_state["params"])
         state = {**state, "params": params}
     else:
