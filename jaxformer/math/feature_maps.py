@@ -9,6 +9,7 @@ rotate(x, pos)   RetNet's relative-position rotation e^(i n theta) (Sun et al. 2
                  on n - m alone
 """
 
+import jax
 import jax.numpy as jnp
 
 
@@ -36,3 +37,12 @@ def rotate(x_BLHK, pos_L, base=10000.0):
   even, odd = x[..., 0::2], x[..., 1::2]
   turned = jnp.stack([even * cos_L1I - odd * sin_L1I, even * sin_L1I + odd * cos_L1I], axis=-1)
   return turned.reshape(x.shape).astype(x_BLHK.dtype)
+
+
+def head_norm(o_BLHK, scale_HK, eps=1e-5, center=False):
+  """o / rms(o) (o - mean(o) / std(o) with center) over K of each head, times scale_HK."""
+  o = o_BLHK.astype(jnp.float32)
+  if center:
+    o = o - o.mean(-1, keepdims=True)
+  o = o * jax.lax.rsqrt((o * o).mean(-1, keepdims=True) + eps)
+  return (o * scale_HK.astype(jnp.float32)).astype(o_BLHK.dtype)
