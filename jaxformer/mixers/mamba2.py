@@ -34,7 +34,7 @@ def state_size(width, num_heads=4, state=16, expand=2, conv=4):
   return num_heads * state * (inner // num_heads) + max(conv - 1, 0) * (inner + 2 * state)
 
 
-def _log_uniform(low, high):
+def log_uniform(low, high):
   """An initializer: e^u with u uniform in [log low, log high]."""
 
   def init(key, shape, dtype=jnp.float32):
@@ -44,9 +44,9 @@ def _log_uniform(low, high):
   return init
 
 
-def _dt_bias(key, shape, dtype=jnp.float32):
+def dt_bias_init(key, shape, dtype=jnp.float32):
   """softplus^-1 of dt drawn log-uniform in [0.001, 0.1] (Mamba's initialization)."""
-  dt = _log_uniform(1e-3, 1e-1)(key, shape, dtype)
+  dt = log_uniform(1e-3, 1e-1)(key, shape, dtype)
   return dt + jnp.log(-jnp.expm1(-dt))
 
 
@@ -96,7 +96,7 @@ class Mamba2(nn.Module):
     xbc_BLF = nn.silu(xbc_BLF)
     u_BLHK = xbc_BLF[..., :E].reshape(batch, length, H, P)
     b_BLK, c_BLK = xbc_BLF[..., E : E + N], xbc_BLF[..., E + N :]
-    dt_bias_H = param(self, "dt_bias", (H,), (axes.HEADS,), _dt_bias)
+    dt_bias_H = param(self, "dt_bias", (H,), (axes.HEADS,), dt_bias_init)
     log_rate_H = param(self, "log_rate", (H,), (axes.HEADS,), _log_rate)
     dt_BLH = jax.nn.softplus(dt_BLH.astype(jnp.float32) + dt_bias_H)
     log_a_BLH1 = (-jnp.exp(log_rate_H) * dt_BLH)[..., None]
