@@ -18,6 +18,8 @@ pre-norm, split skip, MLP, embeddings), so that only the mixer differs:
 Before anything trains, every mixer runs the contract (jaxformer.mixers.plug.check: builds
 from width, keeps [B, L, D], causal under a perturbation of each later position, decoding
 equals the full pass); a mixer that breaks it stops the command with one line and exit 2.
+With more than one device, a mixer whose parameters carry no logical axis names gets one
+line saying they are replicated, not sharded (the contract's `unnamed` report).
 
 The battery (every number from a real program or a trained model):
   recall        MQAR accuracy at growing pairs K and length L (no noise between the queries)
@@ -194,12 +196,17 @@ def candidates(config, mixer=None, fields=None):
 def check_all(config, cands, log=print):
   """Runs the contract on every candidate at every width (the user's mixer, last in
   `cands`, first: a broken one stops the run at once); returns {name: check info}."""
+  import jax
+
   info = {}
   for name, spec, fields in reversed(cands):
     cls = mixers.load(spec)
     for width in config.widths:
       info[name] = mixers.check(cls, fields, width)
     log(f"  contract: {name} ok ({'decodes' if info[name]['decode'] else 'no decode'})")
+    note = plug.unnamed_note(name, info[name]["unnamed"], jax.device_count())
+    if note:  # before training: the sweep lays its replicas over every device
+      log(f"  {note}")
   return info
 
 

@@ -203,7 +203,10 @@ def test_a_mixer_outside_the_repository_is_scored_through_the_command_line(
   assert "| CumulativeMean |" in text and "| softmax |" in text
   for plot in ("scorecard_recall_vs_state.png", "scorecard_vs_length.png"):
     assert os.path.getsize(workdir / plot) > 1000
-  assert "CumulativeMean" in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert "CumulativeMean" in out
+  # 8 devices (tests/conftest.py) and nn.Dense's unnamed parameters: said before training
+  assert "mixer CumulativeMean: 2 parameter(s) without logical axis names" in out
 
 
 class Identity(nn.Module):
