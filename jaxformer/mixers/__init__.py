@@ -51,4 +51,21 @@ BUILTINS = {
 }
 REFERENCE = "softmax"
 
-__all__ = ["BUILTINS", "REFERENCE", "MixerError", "check", "load", "spec_of"]
+# name -> (the field that sets the decode state's size, a few values of it, smallest first):
+# the recall-vs-state sweep makes each built-in a curve, not a point (the reference's state
+# grows with L: no sweep). Each module's `state_size` states what the field scales.
+STATE_SWEEPS = {
+  "sliding_window": ("window", (4, 8, 16)),
+  "linear": ("head_dim", (4, 8, 16)),
+  "gated": ("head_dim", (4, 8, 16)),
+  "hybrid": ("window", (4, 8, 16)),
+  "retnet": ("head_dim", (4, 8, 16)),
+  "gla": ("head_dim", (4, 8, 16)),
+  "mamba2": ("state", (4, 8, 16, 32)),
+  "deltanet": ("head_dim", (4, 8, 16)),
+  "gated_deltanet": ("head_dim", (4, 8, 16)),
+  "based": ("feature_dim", (2, 4, 8)),
+  "h3": ("state", (2, 8, 32)),
+}
+
+__all__ = ["BUILTINS", "REFERENCE", "STATE_SWEEPS", "MixerError", "check", "load", "spec_of"]

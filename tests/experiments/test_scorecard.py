@@ -224,3 +224,22 @@ def test_from_python_a_class_is_named_by_its_module_and_builtins_keep_their_fiel
   assert scorecard.candidate("sliding_window")[2] == mixers.BUILTINS["sliding_window"][1]
   names = [c[0] for c in scorecard.candidates(_config(), Identity)]
   assert names == [REF, "gated", "Identity"]
+
+
+def test_the_state_sweep_makes_each_builtin_a_row_per_state_size():
+  config = _config()
+  config.builtins, config.state_sweep = (REF, "mamba2", "gated"), True
+  names = [c[0] for c in scorecard.candidates(config, Identity)]
+  assert names[:5] == [
+    REF,
+    "mamba2 state=4",
+    "mamba2 state=8",
+    "mamba2 state=16",
+    "mamba2 state=32",
+  ]
+  assert names[5:] == ["gated head_dim=4", "gated head_dim=8", "gated head_dim=16", "Identity"]
+  assert scorecard.candidates(config)[2][2] == {"state": 8}
+  assert [scorecard.family(n) for n in names[:2]] == [REF, "mamba2"]
+  assert scorecard.family("gated (yours)") == "gated (yours)"  # a user's mixer is its own
+  config.state_sweep = False
+  assert [c[0] for c in scorecard.candidates(config)] == [REF, "mamba2", "gated"]
