@@ -50,7 +50,7 @@ def dt_bias_init(key, shape, dtype=jnp.float32):
   return dt + jnp.log(-jnp.expm1(-dt))
 
 
-def _log_rate(key, shape, dtype=jnp.float32):
+def log_rate_init(key, shape, dtype=jnp.float32):
   """log of A's magnitude, |A| uniform in [1, 16]."""
   return jnp.log(jax.random.uniform(key, shape, dtype, 1.0, 16.0))
 
@@ -97,7 +97,7 @@ class Mamba2(nn.Module):
     u_BLHK = xbc_BLF[..., :E].reshape(batch, length, H, P)
     b_BLK, c_BLK = xbc_BLF[..., E : E + N], xbc_BLF[..., E + N :]
     dt_bias_H = param(self, "dt_bias", (H,), (axes.HEADS,), dt_bias_init)
-    log_rate_H = param(self, "log_rate", (H,), (axes.HEADS,), _log_rate)
+    log_rate_H = param(self, "log_rate", (H,), (axes.HEADS,), log_rate_init)
     dt_BLH = jax.nn.softplus(dt_BLH.astype(jnp.float32) + dt_bias_H)
     log_a_BLH1 = (-jnp.exp(log_rate_H) * dt_BLH)[..., None]
     q_BLHN = jnp.broadcast_to(c_BLK[:, :, None], (batch, length, H, N))
