@@ -19,8 +19,11 @@ Two forms of the same function:
                u_c = beta_c (v_c - e^(g_c) S_0^T k_c - sum_(d < c) e^(g_c - g_d) (k_c . k_d) u_d)
              a unit lower-triangular system (I + A) U = diag(beta) V - diag(beta e^g) K S_0,
              solved once per chunk for W = (I + A)^-1 diag(beta e^g) K and
-             U_0 = (I + A)^-1 diag(beta) V, all chunks at once; only U = U_0 - W S_0 and the
-             state pass run chunk after chunk (`lax.scan`, L / C steps):
+             U_0 = (I + A)^-1 diag(beta) V, all chunks at once. Across chunks the state
+             map is affine, S_0 -> (e^(g_C) I - Kend^T W) S_0 + Kend^T U_0 (Kend_d =
+             e^(g_C - g_d) k_d), so the entering states come from an associative scan of
+             K x K maps (depth ~log(L / C), O(L / C K^3) work), then every chunk at once:
+               u = U_0 - W S_0,
                out_c = e^(g_c) S_0^T q_c + sum_(d <= c) e^(g_c - g_d) (q_c . k_d) u_d
   recurrent  `lax.scan` over positions carrying S; what decoding runs.
 """
@@ -63,6 +66,13 @@ def recurrent(q_BLHK, k_BLHK, v_BLHJ, beta_BLH, log_a_BLH=None, state_BHKJ=None)
   return jnp.swapaxes(out_LBHJ, 0, 1), final_BHKJ
 
 
+def _compose(first, second):
+  """The affine map `first` then `second`, each (M_...KK, R_...KJ): S -> M S + R."""
+  m1, r1 = first
+  m2, r2 = second
+  return jnp.einsum("...KL,...LM->...KM", m2, m1), jnp.einsum("...KL,...LJ->...KJ", m2, r1) + r2
+
+
 def chunked(q_BLHK, k_BLHK, v_BLHJ, beta_BLH, log_a_BLH=None, state_BHKJ=None, *, chunk=16):
   """(out_BLHJ, final state [B, H, K, J]) by the chunked (WY) form; float32. Padding
   positions carry k = v = beta = 0 and log a = 0, so they change no state."""
@@ -100,18 +110,21 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, beta_BLH, log_a_BLH=None, state_BHKJ=None, *
   # e^(g_C - g_d) k_d: what each written value adds to the state at the chunk's end
   kend_BNHCK = jnp.exp(g_BNHC[..., -1:] - g_BNHC)[..., None] * k.transpose(0, 1, 3, 2, 4)
   end_BNH = jnp.exp(g_BNHC[..., -1])
-
-  def chunk_step(s_BHKJ, x):
-    w_BHCK, u0_BHCJ, qk_BHCD, qg_BHCK, kend_BHCK, end_BH = x
-    u_BHCJ = u0_BHCJ - jnp.einsum("BHCK,BHKJ->BHCJ", w_BHCK, s_BHKJ)
-    out_BHCJ = jnp.einsum("BHCK,BHKJ->BHCJ", qg_BHCK, s_BHKJ)
-    out_BHCJ += jnp.einsum("BHCD,BHDJ->BHCJ", qk_BHCD, u_BHCJ)
-    s_BHKJ = end_BH[..., None, None] * s_BHKJ + jnp.einsum("BHCK,BHCJ->BHKJ", kend_BHCK, u_BHCJ)
-    return s_BHKJ, out_BHCJ
-
-  xs = (w_BNHCK, u0_BNHCJ, qk_BNHCD, qg_BNHCK, kend_BNHCK, end_BNH)
-  final_BHKJ, out_NBHCJ = lax.scan(
-    chunk_step, state_BHKJ.astype(_F32), [jnp.swapaxes(x, 0, 1) for x in xs]
+  # Across chunks the state map is affine, S -> M S + R with
+  #   M = e^(g_C) I - Kend^T W,   R = Kend^T U_0
+  # and affine maps compose associatively: every entering state by an associative scan.
+  eye_KK = jnp.eye(K, dtype=_F32)
+  m_BNHKK = end_BNH[..., None, None] * eye_KK - jnp.einsum(
+    "BNHCK,BNHCL->BNHKL", kend_BNHCK, w_BNHCK
   )
-  out_BLHJ = out_NBHCJ.transpose(1, 0, 3, 2, 4).reshape(B, -1, H, J)[:, :L]
+  r_BNHKJ = jnp.einsum("BNHCK,BNHCJ->BNHKJ", kend_BNHCK, u0_BNHCJ)
+  s0_BHKJ = state_BHKJ.astype(_F32)
+  r_BNHKJ = r_BNHKJ.at[:, 0].add(jnp.einsum("BHKL,BHLJ->BHKJ", m_BNHKK[:, 0], s0_BHKJ))
+  _, after_BNHKJ = lax.associative_scan(_compose, (m_BNHKK, r_BNHKJ), axis=1)
+  before_BNHKJ = jnp.concatenate([s0_BHKJ[:, None], after_BNHKJ[:, :-1]], axis=1)
+  u_BNHCJ = u0_BNHCJ - jnp.einsum("BNHCK,BNHKJ->BNHCJ", w_BNHCK, before_BNHKJ)
+  out_BNHCJ = jnp.einsum("BNHCK,BNHKJ->BNHCJ", qg_BNHCK, before_BNHKJ)
+  out_BNHCJ += jnp.einsum("BNHCD,BNHDJ->BNHCJ", qk_BNHCD, u_BNHCJ)
+  out_BLHJ = out_BNHCJ.transpose(0, 1, 3, 2, 4).reshape(B, -1, H, J)[:, :L]
+  final_BHKJ = after_BNHKJ[:, -1]
   return out_BLHJ, final_BHKJ

@@ -106,3 +106,18 @@ def test_every_state_sweep_names_a_field_whose_values_grow_the_cache():
     assert field in plug.field_names(cls), name
     sizes = [_state_bytes(cls(width=WIDTH, **(defaults | {field: v})), 32) for v in values]
     assert sizes == sorted(set(sizes)), (name, sizes)  # strictly growing
+
+
+@pytest.mark.parametrize("name", ["gla", "gated_deltanet", "h3"])
+def test_the_training_form_has_depth_about_log_length(name):
+  """The chunks' states by an associative scan (H3: an FFT): 16x the length, far less than
+  2x the depth (a scan over positions or chunks would grow ~16x or ~L / C)."""
+  from jaxformer.analysis import depth
+
+  module = _module(name)
+  depths = []
+  for length in (64, 1024):
+    x = jax.ShapeDtypeStruct((1, length, WIDTH), jnp.float32)
+    params = jax.eval_shape(module.init, jax.random.key(0), x)
+    depths.append(depth.measure(module.apply, params, x).depth)
+  assert depths[1] < 1.5 * depths[0], depths
