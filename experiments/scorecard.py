@@ -51,8 +51,9 @@ time and memory vs L.
                     than ~log L (the reference: constant; a recurrence: ~1)
   state             decode-state bytes at the largest L <= the reference's
   time, memory      at the largest L <= COST_FACTOR x the reference's
-Sizes: tiny (the tests: seconds), quick (the five built-ins at D = 32, V = 32, every task at
-L = 32, 3 seeds: within 15 minutes on 2 CPU cores), full (widths D in {16, 32, 64}: the
+Sizes: tiny (the tests: seconds), quick (every built-in at D = 32, V = 32, every task at
+L = 32, 3 seeds; measured within 15 minutes on 2 CPU cores with the first five built-ins,
+not yet with the seven successors), full (widths D in {16, 32, 64}: the
 recall-vs-state plot gets a curve per mixer; L up to 64, the two learning rates of
 protocol.FULL_LEARNING_RATES), accel (Zoology's V = 8192 setting, L up to 256 trained and
 16384 for the costs).
