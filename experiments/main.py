@@ -86,6 +86,23 @@ def initialize_distributed():
     jax.distributed.initialize()
 
 
+def note_unnamed_params(config, log=print):
+  """A custom rung's mixer whose parameters carry no logical axis names trains replicated on
+  a mesh of several devices: says so in one line (jaxformer.mixers.plug.unnamed_note)."""
+  import jax
+
+  if config.rung != ladder.CUSTOM or jax.device_count() <= 1:
+    return None
+  from jaxformer.mixers import plug
+
+  cls, fields = ladder.custom_mixer(config.model)
+  unnamed = plug.mixer_unnamed(cls, fields, config.model.d_model)
+  note = plug.unnamed_note(cls.__name__, unnamed, jax.device_count())
+  if note and jax.process_index() == 0:
+    log(note)
+  return note
+
+
 def main(argv):
   debug = _DEBUG.value
   with cli.usage_errors(argv, debug, hint="; fields go in --config.FIELD="):
@@ -97,6 +114,7 @@ def main(argv):
     initialize_distributed()
     if _PROFILE_STEPS.value <= 0:
       raise ladder.ConfigError(f"--profile_steps={_PROFILE_STEPS.value}: must be positive")
+    note_unnamed_params(config)
     try:
       summary = loop.train(config, workdir, _PROFILE_STEPS.value if _PROFILE.value else 0)
     except loop.NonFiniteError as e:

@@ -18,6 +18,8 @@ pre-norm, split skip, MLP, embeddings), so that only the mixer differs:
 Before anything trains, every mixer runs the contract (jaxformer.mixers.plug.check: builds
 from width, keeps [B, L, D], causal under a perturbation of each later position, decoding
 equals the full pass); a mixer that breaks it stops the command with one line and exit 2.
+With more than one device, a mixer whose parameters carry no logical axis names gets one
+line saying they are replicated, not sharded (the contract's `unnamed` report).
 
 The battery (every number from a real program or a trained model):
   recall        MQAR accuracy at growing pairs K and length L (no noise between the queries)
@@ -49,8 +51,9 @@ time and memory vs L.
                     than ~log L (the reference: constant; a recurrence: ~1)
   state             decode-state bytes at the largest L <= the reference's
   time, memory      at the largest L <= COST_FACTOR x the reference's
-Sizes: tiny (the tests: seconds), quick (the five built-ins at D = 32, V = 32, every task at
-L = 32, 3 seeds: within 15 minutes on 2 CPU cores), full (widths D in {16, 32, 64}: the
+Sizes: tiny (the tests: seconds), quick (every built-in at D = 32, V = 32, every task at
+L = 32, 3 seeds; measured within 15 minutes on 2 CPU cores with the first five built-ins,
+not yet with the seven successors), full (widths D in {16, 32, 64}: the
 recall-vs-state plot gets a curve per mixer; L up to 64, the two learning rates of
 protocol.FULL_LEARNING_RATES), accel (Zoology's V = 8192 setting, L up to 256 trained and
 16384 for the costs).
@@ -87,6 +90,9 @@ FIXED_STATE_SLOPE = 0.1  # state bytes slope (two largest L) <= this: "fixed" in
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
   c.builtins = tuple(mixers.BUILTINS)  # built-in mixers scored beside any user mixer
+  # True: each built-in of mixers.STATE_SWEEPS at each of its state sizes, one row each
+  # ('mamba2 state=8'), so each is a curve on the recall-vs-state plot
+  c.state_sweep = False
   c.widths = (32,)  # D of every model; several widths give the recall-vs-state curves
   c.num_layers = 2
   c.ff_per_width = 2  # d_ff = this x D
@@ -180,7 +186,9 @@ def candidates(config, mixer=None, fields=None):
       f"builtins: unknown mixer {unknown[0]!r}; built-ins: {', '.join(mixers.BUILTINS)}"
     )
   names = [mixers.REFERENCE] + [b for b in config.builtins if b != mixers.REFERENCE]
-  out = [candidate(name) for name in names]
+  out = []
+  for name in names:
+    out += swept(*candidate(name)) if config.get("state_sweep") else [candidate(name)]
   if mixer is not None:
     name, spec, own = candidate(mixer, fields)
     if name in names:
@@ -191,15 +199,37 @@ def candidates(config, mixer=None, fields=None):
   return out
 
 
+def swept(name, spec, fields):
+  """[(name, spec, fields)] of a built-in at each state size of mixers.STATE_SWEEPS
+  ('mamba2 state=8', ...), or the built-in alone when it has no sweep."""
+  if name not in mixers.STATE_SWEEPS:
+    return [(name, spec, fields)]
+  field, values = mixers.STATE_SWEEPS[name]
+  return [(f"{name} {field}={v}", spec, fields | {field: v}) for v in values]
+
+
+def family(name):
+  """The built-in a swept row belongs to ('mamba2 state=8' -> 'mamba2')."""
+  base, _, rest = name.partition(" ")
+  if base in mixers.STATE_SWEEPS and rest.startswith(mixers.STATE_SWEEPS[base][0] + "="):
+    return base
+  return name
+
+
 def check_all(config, cands, log=print):
   """Runs the contract on every candidate at every width (the user's mixer, last in
   `cands`, first: a broken one stops the run at once); returns {name: check info}."""
+  import jax
+
   info = {}
   for name, spec, fields in reversed(cands):
     cls = mixers.load(spec)
     for width in config.widths:
       info[name] = mixers.check(cls, fields, width)
     log(f"  contract: {name} ok ({'decodes' if info[name]['decode'] else 'no decode'})")
+    note = plug.unnamed_note(name, info[name]["unnamed"], jax.device_count())
+    if note:  # before training: the sweep lays its replicas over every device
+      log(f"  {note}")
   return info
 
 
@@ -534,11 +564,16 @@ def plot(config, metrics, workdir):
   ):
     ax = fig.add_subplot(1, 2, i + 1)
     task_length = length if i == 0 else noisy_l
+    curves = {}  # a mixer's rows at every state size and width: one curve
     for name in metrics["mixers"]:
-      xs = [metrics["task_state_bytes"][name][str(w)][str(task_length)] for w in config.widths]
-      ys = [metrics["accuracy"][row(name, w, config)][setting] for w in config.widths]
-      if all(math.isfinite(x) for x in xs):
-        protocol.spread(ax, xs, ys, name)
+      for w in config.widths:
+        x = metrics["task_state_bytes"][name][str(w)][str(task_length)]
+        y = metrics["accuracy"][row(name, w, config)][setting]
+        curves.setdefault(family(name), []).append((x, y))
+    for label, points in curves.items():
+      if all(math.isfinite(x) for x, _ in points):
+        points.sort(key=lambda p: p[0])
+        protocol.spread(ax, [x for x, _ in points], [y for _, y in points], label)
     ax.axhline(metrics["chance"][setting], color="gray", linestyle=":", label="chance")
     ax.set_xscale("log", base=2)
     ax.set(xlabel=f"decode-state bytes of one sequence (L={task_length})", ylim=(-0.02, 1.02))
@@ -648,7 +683,10 @@ def parse_args(argv):
   parser.add_argument("--mixer", help="'package.module:Class' or 'path/to/file.py:Class'")
   parser.add_argument("--size", default="quick", choices=protocol.SIZES)
   parser.add_argument("--workdir", default="runs/scorecard")
-  parser.add_argument("--builtins", help="comma-separated built-ins (default: all five)")
+  parser.add_argument("--builtins", help="comma-separated built-ins (default: all of them)")
+  parser.add_argument(
+    "--state_sweep", action="store_true", help="each built-in at several state sizes"
+  )
   parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
   args, rest = parser.parse_known_args(argv)
   fields = {}
@@ -665,6 +703,8 @@ def main(argv=None):
   config = get_config(args.size)
   if args.builtins is not None:
     config.builtins = tuple(b for b in args.builtins.split(",") if b)
+  if args.state_sweep:
+    config.state_sweep = True
   try:
     card = run(args.mixer, fields, args.size, args.workdir, config)
   except (mixers.MixerError, ladder.ConfigError) as e:

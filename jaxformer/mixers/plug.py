@@ -13,6 +13,10 @@ trains, and raises MixerError with one line naming what broke:
     position is tried, in one vmapped call);
   - if its `__call__` takes `decode`, decoding a prompt and then one token at a time
     through the 'cache' collection equals the full pass.
+It also reports (does not refuse) the parameters that carry no logical axis names
+(`nn.with_logical_partitioning`, as jaxformer.nn.layers.param declares them): on a mesh of
+more than one device those are replicated on every device, never sharded. `unnamed_note`
+is the one line the scorecard and `experiments.main` print before training on such a mesh.
 """
 
 import dataclasses
@@ -140,8 +144,44 @@ def in_block(module):
   return module if accepts_decode(type(module)) else Plugged(module)
 
 
+def unnamed_params(params):
+  """Paths ('a/b/kernel') of the parameters in an `init`'s 'params' (boxed, or their
+  shapes) declared without logical axis names (not boxed by `nn.with_logical_partitioning`;
+  one declared with every axis None was replicated on purpose and is not listed)."""
+  leaves = jax.tree_util.tree_leaves_with_path(
+    params, is_leaf=lambda x: isinstance(x, nn.Partitioned)
+  )
+  out = []
+  for path, leaf in leaves:
+    if isinstance(leaf, nn.Partitioned):
+      continue
+    out.append("/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path))
+  return out
+
+
+def mixer_unnamed(cls, fields, width, length=CHECK_LENGTH):
+  """`unnamed_params` of `cls(width, **fields)`, from shapes only (nothing is computed)."""
+  module = build(cls, width, fields)
+  x = jax.ShapeDtypeStruct((1, length, width), jnp.float32)
+  return unnamed_params(jax.eval_shape(module.init, jax.random.key(0), x)["params"])
+
+
+def unnamed_note(name, unnamed, num_devices):
+  """The one line to print before training on `num_devices` devices, or None when there is
+  nothing to say (one device, or every parameter named)."""
+  if num_devices <= 1 or not unnamed:
+    return None
+  shown = ", ".join(unnamed[:3]) + (f", ... ({len(unnamed)} in all)" if len(unnamed) > 3 else "")
+  return (
+    f"mixer {name}: {len(unnamed)} parameter(s) without logical axis names ({shown}) are "
+    f"replicated on all {num_devices} devices, not sharded; declare them with "
+    "nn.with_logical_partitioning (jaxformer.nn.layers.param) to shard them"
+  )
+
+
 def check(cls, fields, width, length=CHECK_LENGTH, batch=CHECK_BATCH, seed=0):
-  """Runs the contract; returns {'decode': bool, 'params': int}; MixerError if broken."""
+  """Runs the contract; returns {'decode': bool, 'params': int, 'unnamed': [paths of the
+  parameters without logical axis names]}; MixerError if broken."""
   module = build(cls, width, fields)
   name = cls.__name__
   x_BLD = jax.random.normal(jax.random.key(seed), (batch, length, width), jnp.float32)
@@ -169,7 +209,7 @@ def check(cls, fields, width, length=CHECK_LENGTH, batch=CHECK_BATCH, seed=0):
   if decodes:
     _check_decode(name, module, params, x_BLD, out_BLD, scale)
   count = sum(int(np.prod(np.shape(p))) for p in jax.tree.leaves(params))
-  return {"decode": decodes, "params": count}
+  return {"decode": decodes, "params": count, "unnamed": unnamed_params(params)}
 
 
 def _check_causal(name, apply, params, x_BLD, out_BLD, scale, seed):

@@ -203,7 +203,10 @@ def test_a_mixer_outside_the_repository_is_scored_through_the_command_line(
   assert "| CumulativeMean |" in text and "| softmax |" in text
   for plot in ("scorecard_recall_vs_state.png", "scorecard_vs_length.png"):
     assert os.path.getsize(workdir / plot) > 1000
-  assert "CumulativeMean" in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert "CumulativeMean" in out
+  # 8 devices (tests/conftest.py) and nn.Dense's unnamed parameters: said before training
+  assert "mixer CumulativeMean: 2 parameter(s) without logical axis names" in out
 
 
 class Identity(nn.Module):
@@ -221,3 +224,22 @@ def test_from_python_a_class_is_named_by_its_module_and_builtins_keep_their_fiel
   assert scorecard.candidate("sliding_window")[2] == mixers.BUILTINS["sliding_window"][1]
   names = [c[0] for c in scorecard.candidates(_config(), Identity)]
   assert names == [REF, "gated", "Identity"]
+
+
+def test_the_state_sweep_makes_each_builtin_a_row_per_state_size():
+  config = _config()
+  config.builtins, config.state_sweep = (REF, "mamba2", "gated"), True
+  names = [c[0] for c in scorecard.candidates(config, Identity)]
+  assert names[:5] == [
+    REF,
+    "mamba2 state=4",
+    "mamba2 state=8",
+    "mamba2 state=16",
+    "mamba2 state=32",
+  ]
+  assert names[5:] == ["gated head_dim=4", "gated head_dim=8", "gated head_dim=16", "Identity"]
+  assert scorecard.candidates(config)[2][2] == {"state": 8}
+  assert [scorecard.family(n) for n in names[:2]] == [REF, "mamba2"]
+  assert scorecard.family("gated (yours)") == "gated (yours)"  # a user's mixer is its own
+  config.state_sweep = False
+  assert [c[0] for c in scorecard.candidates(config)] == [REF, "mamba2", "gated"]

@@ -1,5 +1,5 @@
 """The built-in mixers: each passes the plug-in contract (shape, causality, decoding equals
-the full pass); softmax is the transformer rung's own mixer; the gated recurrence computes
+the full pass) and names every parameter's logical axes; softmax is the transformer rung's own mixer; the gated recurrence computes
 one function in its scan and recurrent forms, and its scan's depth grows as log L."""
 
 import json
@@ -21,6 +21,7 @@ def test_every_builtin_keeps_the_contract_and_decodes(name):
   spec, fields = mixers.BUILTINS[name]
   info = mixers.check(mixers.load(spec), fields, width=8)
   assert info["decode"] and info["params"] > 0
+  assert info["unnamed"] == []  # every parameter declared with logical axis names
 
 
 def _custom(spec, fields=None, **model):

@@ -82,7 +82,11 @@ def user_file(tmp_path):
 def test_a_class_loads_from_a_file_outside_the_repository_and_round_trips(user_file):
   cls = plug.load(f"{user_file}:Shift")
   assert cls.__name__ == "Shift" and plug.load(plug.spec_of(cls)) is cls
-  assert plug.check(cls, {"scale": 0.5}, width=8) == {"decode": False, "params": 72}
+  assert plug.check(cls, {"scale": 0.5}, width=8) == {
+    "decode": False,
+    "params": 72,
+    "unnamed": ["Dense_0/bias", "Dense_0/kernel"],  # nn.Dense declares no logical names
+  }
 
 
 def test_an_importable_class_loads_by_module_path():
@@ -173,3 +177,32 @@ def test_the_custom_rung_names_a_bad_field(field, value, message):
   c[field] = value
   with pytest.raises(ladder.ConfigError, match=message):
     ladder.validate("custom", c)
+
+
+def test_parameters_without_logical_names_are_reported_before_a_multi_device_run(user_file):
+  cls = plug.load(f"{user_file}:Shift")
+  unnamed = plug.mixer_unnamed(cls, {}, width=8)
+  assert unnamed == ["Dense_0/bias", "Dense_0/kernel"]
+  note = plug.unnamed_note("Shift", unnamed, num_devices=8)
+  assert "Shift: 2 parameter(s) without logical axis names (Dense_0/bias, Dense_0/kernel)" in note
+  assert "replicated on all 8 devices" in note and "\n" not in note
+  assert plug.unnamed_note("Shift", unnamed, num_devices=1) is None  # nothing to shard
+  named = plug.load("jaxformer.mixers.gated:GatedRecurrence")
+  assert plug.mixer_unnamed(named, {}, width=8) == []
+  assert plug.unnamed_note("gated", [], num_devices=8) is None
+  many = plug.unnamed_note("X", [f"p{i}" for i in range(5)], num_devices=2)
+  assert "(p0, p1, p2, ... (5 in all))" in many
+
+
+def test_experiments_main_says_so_for_a_custom_rung_on_several_devices(user_file):
+  from experiments import main as main_lib
+  from jaxformer.train import config as train_config
+
+  assert jax.device_count() > 1  # tests/conftest.py: 8 simulated devices
+  config = train_config.get_config(ladder.CUSTOM)
+  config.model.mixer, config.model.d_model = f"{user_file}:Shift", 8
+  lines = []
+  note = main_lib.note_unnamed_params(config, log=lines.append)
+  assert lines == [note] and "Dense_0/kernel" in note
+  config.model.mixer = "jaxformer.mixers.gated:GatedRecurrence"
+  assert main_lib.note_unnamed_params(config, log=lines.append) is None and len(lines) == 1
