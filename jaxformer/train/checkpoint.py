@@ -5,15 +5,19 @@ corrupted bytes: a flipped bit restores silently wrong, a truncated file or a lo
 fails with a misleading error, and `latest_step()` still names the broken step. So every save also
 stores, in a small JSON item next to the arrays, a checksum of every leaf computed on device
 (works for arrays sharded across devices and processes without gathering them), the leaf shapes
-and dtypes, and a fingerprint of the config. `restore_latest` recomputes the checksums, reports a
-bad step in one warning line, moves it to `<directory>/corrupt/` (so the step number can be saved
-again) and falls back to the previous step.
+and dtypes, and a fingerprint of the config. That item is itself covered by a sha256 `digest`
+of everything else in it (the step, the fingerprint, the manifest and the caller's `extra`,
+such as the data position), so a changed byte there is caught as surely as one in the arrays.
+`restore_latest` recomputes the checksums and the digest, runs the caller's own consistency
+check (`check`), reports a bad step in one warning line, moves it to `<directory>/corrupt/` (so
+the step number can be saved again) and falls back to the previous step.
 
 On-disk layout per step (Orbax composite): `<step>/state` (the pytree, OCDBT) and
-`<step>/extra` (JSON: {'format', 'fingerprint', 'manifest', 'user'}).
+`<step>/extra` (JSON: {'format', 'step', 'fingerprint', 'manifest', 'user', 'digest'}).
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -31,7 +35,7 @@ from etils import epath
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: the metadata carries its step and a digest of itself
 CORRUPT_DIR = "corrupt"
 
 
@@ -113,6 +117,13 @@ def checksums(tree) -> dict[str, str]:
     jax.tree_util.keystr(p): "".join(f"{int(v):08x}" for v in _fetch(s))
     for (p, _), s in zip(paths_leaves, sums, strict=True)
   }
+
+
+def digest(meta: dict) -> str:
+  """sha256 of `meta` without its 'digest' key, as canonical JSON (sorted keys, no spaces)."""
+  body = {k: v for k, v in meta.items() if k != "digest"}
+  text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+  return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _canonical_dtype(x) -> str:
@@ -363,10 +374,12 @@ class Checkpointer:
 
     meta = {
       "format": FORMAT,
+      "step": step,
       "fingerprint": self._fingerprint,
       "manifest": _manifest(state),
       "user": user,
     }
+    meta["digest"] = digest(meta)
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(meta))
     try:
       return bool(self._mngr.save(step, args=args, force=True))
@@ -395,7 +408,7 @@ class Checkpointer:
 
   # -- restoring -------------------------------------------------------------------------------
 
-  def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
+  def restore_latest(self, abstract_state, check=None) -> tuple[int, Any, dict] | None:
     """Returns (step, state, extra) of the newest step that verifies, or None if there is none.
 
     `abstract_state`: pytree of jax.ShapeDtypeStruct with the target shardings (a leaf without a
@@ -405,6 +418,10 @@ class Checkpointer:
     the newest readable step was written for another config (fingerprint or leaf shapes differ),
     or if steps exist but none verifies. Read-only: `abstract_state` may hold any part of the
     saved tree (same paths); only that part is read and verified.
+
+    `check(step, state, extra)`: the caller's own test of a step that verified (e.g. that the
+    data position saved in `extra` is the state's step); it returns None, or the cause that
+    makes the step unusable (reported and fallen back from like a checksum mismatch).
     """
     self.wait()  # a save still in flight is not restorable yet
     self._mngr.reload()  # see steps written or moved by other processes/instances
@@ -423,6 +440,9 @@ class Checkpointer:
         self._check_compatible(step, meta, wanted)
         state = self._restore_state(step, target)
         self._verify(step, meta, state)
+        problem = None if check is None else check(step, state, meta.get("user", {}))
+        if problem:
+          raise _BadStep(problem)
       except _BadStep as e:
         cause = str(e)
         log.warning(
@@ -461,6 +481,12 @@ class Checkpointer:
       raise _BadStep("metadata has no checksum manifest")
     if meta.get("format") != FORMAT:
       raise _BadStep(f"metadata format {meta.get('format')!r}, expected {FORMAT}")
+    if meta.get("digest") != digest(meta):
+      raise _BadStep("metadata digest mismatch (extra/metadata was changed after the save)")
+    if meta.get("step") != step:
+      raise _BadStep(f"metadata is of step {meta.get('step')!r}, not of its directory's step")
+    if not isinstance(meta.get("user"), dict):
+      raise _BadStep("metadata has no user fields")
     return meta
 
   def _check_compatible(self, step: int, meta: dict, wanted: dict) -> None:

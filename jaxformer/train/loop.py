@@ -14,6 +14,7 @@ unchanged (see step.py), so being told one step late loses nothing.
 """
 
 import contextlib
+import functools
 import math
 import signal
 import threading
@@ -95,7 +96,9 @@ def train(config, workdir=None, profile_steps=0):
         max_to_keep=config.keep_checkpoints,
         fingerprint=program_lib.fingerprint(config),
       )
-      restored = ckpt.restore_latest(program.abstract_state)
+      restored = ckpt.restore_latest(
+        program.abstract_state, check=functools.partial(_resume_problem, loader)
+      )
       if lead:  # after the restore: a workdir of another config was refused above
         workdir_lib.write_run(workdir, config, train_ds)
     if restored is None:
@@ -381,6 +384,27 @@ def _evaluate(program, params, dataset, config, shard):
     "eval_loss": float(totals["loss_sum"]) / weight,
     "eval_accuracy": float(totals["correct_sum"]) / weight,
   }
+
+
+def _resume_problem(loader, step, state, extra):
+  """Why a verified checkpoint cannot be resumed from, or None: the data position, the state's
+  step and the directory's step must agree, and the position must belong to this loader."""
+  position = extra.get("loader")
+  if not isinstance(position, dict) or not isinstance(position.get("step"), int):
+    return "no data position (extra['loader']['step'])"
+  state_step = int(np.asarray(state["step"].addressable_data(0)))
+  if not position["step"] == state_step == step:
+    return (
+      f"data position {position['step']}, state step {state_step} and directory step {step} differ"
+    )
+  skipped = extra.get("skipped_steps", 0)
+  if not isinstance(skipped, int) or not 0 <= skipped <= step:
+    return f"skipped_steps={skipped!r} is not a count of steps up to {step}"
+  try:
+    loader.set_state(position)
+  except data.DataError as e:
+    return str(e)
+  return None
 
 
 def _save(ckpt, s, state, loader, skipped):
