@@ -10,12 +10,13 @@ import sys
 from absl import flags, logging
 
 from jaxformer import data, ladder
+from jaxformer.mixers import plug
 from jaxformer.train import checkpoint
 
 USAGE = 2  # exit code of a usage error
 FAILED = 1
 
-USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError)
+USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError, plug.MixerError)
 
 
 @contextlib.contextmanager

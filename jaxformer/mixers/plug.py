@@ -3,7 +3,9 @@
 A mixer is named by a spec string, `package.module:Class` (importable, or a module already
 loaded in this process such as `__main__`) or `path/to/file.py:Class` (a file anywhere: it
 is imported under a private name, nothing in jaxformer changes). Only the module the spec
-names is loaded.
+names is loaded. Loading runs the user's code, so it happens only for a spec the user gave
+(a config, a flag): a run's workdir records the file's sha256 (`source`) and a reader of
+someone else's workdir loads it only when trusted and unchanged (jaxformer.train.workdir).
 
 `check(cls, fields, width)` runs the contract on a small random input before anything
 trains, and raises MixerError with one line naming what broke:
@@ -39,20 +41,56 @@ class MixerError(ValueError):
   """A mixer that cannot be loaded, built or that breaks the contract; one line."""
 
 
-def load(spec):
-  """The class a spec names: 'package.module:Class' or 'path/to/file.py:Class'."""
+def _split(spec):
   if not isinstance(spec, str) or ":" not in spec:
     raise MixerError(f"mixer {spec!r}: expected 'package.module:Class' or 'path/to/file.py:Class'")
   where, _, name = spec.rpartition(":")
   if not where or not name:
     raise MixerError(f"mixer {spec!r}: expected 'package.module:Class' or 'path/to/file.py:Class'")
-  if where.endswith(".py") or os.sep in where or "/" in where:
+  return where, name
+
+
+def _is_file(where):
+  return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def source(spec):
+  """{'file': absolute path, 'sha256': hex} of the code a spec names, read without running it.
+
+  A module spec's file is found the way `import` finds it (which imports its parent
+  packages, not the module); a module with no file (built in, or defined in `__main__`
+  without one) has file and sha256 None.
+  """
+  where, _ = _split(spec)
+  if _is_file(where):
+    path = os.path.abspath(where)
+  else:
+    module = sys.modules.get(where)
+    path = getattr(module, "__file__", None) if module is not None else None
+    if module is None:
+      try:
+        found = importlib.util.find_spec(where)
+      except (ImportError, ValueError) as e:
+        raise MixerError(f"mixer {spec!r}: cannot find {where}: {_one_line(e)}") from e
+      path = found.origin if found is not None and found.has_location else None
+  if path is None or not os.path.isfile(path):
+    return {"file": path, "sha256": None}
+  with open(path, "rb") as f:
+    return {"file": path, "sha256": hashlib.sha256(f.read()).hexdigest()}
+
+
+def load(spec):
+  """The class a spec names: 'package.module:Class' or 'path/to/file.py:Class'."""
+  where, name = _split(spec)
+  if _is_file(where):
     module = _from_file(spec, where)
   else:
     module = sys.modules.get(where)
     if module is None:
       try:
         module = importlib.import_module(where)
+      except SystemExit as e:
+        raise MixerError(f"mixer {spec!r}: importing {where} called sys.exit({e.code!r})") from e
       except Exception as e:  # the user's import: any error is reported in one line
         raise MixerError(f"mixer {spec!r}: cannot import {where}: {_one_line(e)}") from e
   obj = module
@@ -78,6 +116,9 @@ def _from_file(spec, path):
   sys.modules[name] = module  # dataclasses (Linen modules) look their module up by name
   try:
     module_spec.loader.exec_module(module)
+  except SystemExit as e:  # would end the caller, e.g. `main` exiting 0 having trained nothing
+    del sys.modules[name]
+    raise MixerError(f"mixer {spec!r}: importing {path} called sys.exit({e.code!r})") from e
   except Exception as e:
     del sys.modules[name]
     raise MixerError(f"mixer {spec!r}: cannot import {path}: {_one_line(e)}") from e

@@ -91,6 +91,7 @@ def train(config, workdir=None, profile_steps=0):
     # --- restore / state --------------------------------------------------------------------
     ckpt, restored = None, None
     if workdir is not None:
+      workdir_lib.check_mixer_unchanged(workdir, config)
       ckpt = Checkpointer(
         workdir_lib.checkpoint_dir(workdir),
         max_to_keep=config.keep_checkpoints,
@@ -284,15 +285,18 @@ def _summary(
   }
 
 
-def evaluate_workdir(workdir, *, batch_size=None, eval_batches=None, data_dir=None):
+def evaluate_workdir(
+  workdir, *, batch_size=None, eval_batches=None, data_dir=None, trust_code=False
+):
   """Evaluates the trained run in `workdir` on its task's test split, without training.
 
   Reads config.json and only the params of the newest checkpoint that verifies; runs data
   parallel over every device. batch_size / eval_batches default to the run's; data_dir to the
-  run's (the task's data is prepared again if it is not there). Returns {step, eval_loss,
-  eval_accuracy}.
+  run's (the task's data is prepared again if it is not there). trust_code: needed for a
+  custom rung, whose mixer file is imported (jaxformer.train.workdir.read_config). Returns
+  {step, eval_loss, eval_accuracy}.
   """
-  config = workdir_lib.read_config(workdir)
+  config = workdir_lib.read_config(workdir, trust_code)
   with config.unlocked():
     for field, value in (("batch_size", batch_size), ("eval_batches", eval_batches)):
       if value is not None:

@@ -2,6 +2,8 @@
 
   WORKDIR/config.json      the config as run: model.vocab_size / max_len sized for the task
   WORKDIR/task.json        the task's spec, vocab_size, seq_len and (char level) alphabet
+  WORKDIR/mixer.json       (custom rung) the mixer's spec, file and the file's sha256
+  WORKDIR/lock             while a run trains: the pid and host of its process 0
   WORKDIR/checkpoints/N/   verified Orbax checkpoints (jaxformer.train.checkpoint)
   WORKDIR/metrics.jsonl    and tensorboard/ (jaxformer.train.metrics)
 
@@ -12,6 +14,11 @@
 A workdir may be a local path or any `etils.epath` URL (`gs://bucket/run`): every file here
 goes through epath, checkpoints through Orbax. Reading a run needs only the workdir: the
 alphabet of a char-level task is kept in task.json, so the text files need not be present.
+
+Reading a run never runs code the reader did not name: a custom rung's config.json names a
+mixer file, and importing it runs it, so `load` / `read_config` refuse such a run unless
+called with trust_code=True (the `--trust_mixer` flag of sample and evaluate), and then only
+if the file's sha256 is still the one mixer.json recorded when the run trained.
 """
 
 import dataclasses
@@ -25,12 +32,14 @@ import ml_collections
 from etils import epath
 
 from jaxformer import data, ladder
+from jaxformer.mixers import plug
 from jaxformer.train import config as config_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train.checkpoint import Checkpointer, CheckpointError
 
 CONFIG_FILE = "config.json"
 TASK_FILE = "task.json"
+MIXER_FILE = "mixer.json"
 CHECKPOINT_DIR = "checkpoints"
 
 
@@ -50,10 +59,73 @@ def write_run(workdir, config, dataset):
     "chars": dataset.chars,
   }
   (root / TASK_FILE).write_text(json.dumps(task, indent=2, ensure_ascii=False) + "\n")
+  if config.rung == ladder.CUSTOM:
+    code = {"spec": config.model.mixer, **plug.source(config.model.mixer)}
+    (root / MIXER_FILE).write_text(json.dumps(code, indent=2) + "\n")
 
 
-def read_config(workdir):
-  """config.json as a locked ConfigDict with the training config's field types."""
+def recorded_mixer(workdir):
+  """mixer.json ({'spec', 'file', 'sha256'}), or None where the workdir has none."""
+  if not (epath.Path(workdir) / MIXER_FILE).exists():
+    return None
+  code = _read_json(workdir, MIXER_FILE)
+  if not isinstance(code, dict) or not {"spec", "file", "sha256"} <= set(code):
+    raise CheckpointError(f"{epath.Path(workdir) / MIXER_FILE}: not a mixer record")
+  return code
+
+
+def check_mixer_unchanged(workdir, config):
+  """ConfigError if a custom run's mixer file differs from the one the workdir trained with."""
+  code = recorded_mixer(workdir) if config.rung == ladder.CUSTOM else None
+  if code is None:
+    return
+  now = plug.source(config.model.mixer)
+  if now["sha256"] != code["sha256"]:
+    raise ladder.ConfigError(
+      f"model.mixer={config.model.mixer!r}: {now['file']} (sha256 {_short(now['sha256'])}) is "
+      f"not the file this workdir trained with ({code['file']}, sha256 "
+      f"{_short(code['sha256'])}); use another workdir or the same file"
+    )
+
+
+def _short(sha):
+  return sha[:12] if sha else "none"
+
+
+def _trusted_mixer(workdir, config, trust_code):
+  """Lets a custom run's mixer be imported: only if trusted and unchanged since training."""
+  spec = config.model.mixer
+  where = epath.Path(workdir) / CONFIG_FILE
+  if not trust_code:
+    raise CheckpointError(
+      f"{where}: the model is the custom mixer {spec!r}; reading this run would import and "
+      "run that code. Pass --trust_mixer (trust_code=True) if you trust it"
+    )
+  code = recorded_mixer(workdir)
+  if code is None or code["spec"] != spec:
+    raise CheckpointError(
+      f"{where}: the custom mixer {spec!r} has no sha256 in {MIXER_FILE}; refusing to run it"
+    )
+  _, _, name = spec.rpartition(":")
+  if code["file"] is not None and code["file"].endswith(".py") and code["sha256"] is not None:
+    spec = f"{code['file']}:{name}"  # the file trained, wherever this reader runs from
+  try:
+    now = plug.source(spec)
+  except plug.MixerError as e:
+    raise CheckpointError(f"{where}: {e}") from None
+  if now["sha256"] != code["sha256"]:
+    raise CheckpointError(
+      f"{where}: the mixer file {now['file']} has sha256 {_short(now['sha256'])}, not the "
+      f"{_short(code['sha256'])} the run recorded; refusing to run it"
+    )
+  config.model.mixer = spec
+
+
+def read_config(workdir, trust_code=False):
+  """config.json as a locked ConfigDict with the training config's field types.
+
+  A custom rung's mixer is code: CheckpointError unless `trust_code` and its file is the one
+  mixer.json recorded (see the module docstring)."""
   raw = _read_json(workdir, CONFIG_FILE)
   try:
     config = config_lib.get_config(raw["rung"])
@@ -65,6 +137,9 @@ def read_config(workdir):
     raise CheckpointError(
       f"{epath.Path(workdir) / CONFIG_FILE}: not a training config ({type(e).__name__}: {e})"
     ) from None
+  if config.rung == ladder.CUSTOM:
+    with config.unlocked():
+      _trusted_mixer(workdir, config, trust_code)
   return config
 
 
@@ -142,9 +217,11 @@ def restore_params(workdir, config, target):
   return step, state["params"]
 
 
-def load(workdir):
-  """The trained run in `workdir`: config, task, model and the newest verified params."""
-  config = read_config(workdir)
+def load(workdir, trust_code=False):
+  """The trained run in `workdir`: config, task, model and the newest verified params.
+
+  trust_code: needed for a custom rung, whose mixer file is imported (see read_config)."""
+  config = read_config(workdir, trust_code)
   text = read_task(workdir)
   model = ladder.build(config.rung, config.model)
   step, params = restore_params(workdir, config, abstract_params(model, text.seq_len))
