@@ -47,6 +47,9 @@ def first_line(error):
 def quiet(debug):
   if not debug:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file it reads or writes at INFO
+    # A failed save is reported in one `error:` line; Orbax's own error logs repeat it with
+    # a traceback per thread.
+    checkpoint.quiet_orbax_errors()
 
 
 def parse_flags(argv, before=None, after=None):

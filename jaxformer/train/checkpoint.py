@@ -183,7 +183,7 @@ def _cause(e: BaseException) -> str:
     e = e.__cause__ or e.__context__
   lines = str(e).strip().splitlines()
   msg = lines[0] if lines else ""
-  msg = msg if len(msg) <= 200 else msg[:197] + "..."
+  msg = msg if len(msg) <= 240 else msg[:120] + " ... " + msg[-115:]  # the OS error is last
   return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
@@ -251,6 +251,28 @@ def _orbax_warnings_silenced():
     absl_logging.set_verbosity(previous)
 
 
+class _QuietOrbaxErrors(logging.Filter):
+  """Drops Orbax's own ERROR records (with their tracebacks) of a failed save: the
+  CheckpointError raised for it names the step and the cause in one line."""
+
+  def filter(self, record):
+    return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+_QUIET = _QuietOrbaxErrors()
+
+
+def quiet_orbax_errors(enabled=True) -> None:
+  """Keeps Orbax's error logs and tracebacks of a failed save off stderr (the CLI's default;
+  `--debug` leaves them)."""
+  logger = absl_logging.get_absl_logger()
+  if enabled:
+    logger.addFilter(_QUIET)
+    _silence_orbax_leftovers()
+  else:
+    logger.removeFilter(_QUIET)
+
+
 class _BadStep(Exception):
   """A step that cannot be used; the message is the cause for the warning line."""
 
@@ -290,6 +312,8 @@ class Checkpointer:
       raise CheckpointError(f"fingerprint is not JSON-serialisable: {e}") from None
     self.directory = epath.Path(directory)
     self.read_only = read_only
+    self._in_flight = None  # the step of the last save started and not yet known durable
+    self._deferred = None  # a save's failure seen by `settle`, raised by the next `check`
     if read_only:
       # A PyTree handler restores a subset of the saved leaves (partial_restore); the saved
       # layout is the one StandardSave writes.
@@ -382,16 +406,58 @@ class Checkpointer:
     meta["digest"] = digest(meta)
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(meta))
     try:
-      return bool(self._mngr.save(step, args=args, force=True))
+      # Orbax waits for the previous save first and raises its error here: name that step.
+      saved = bool(self._mngr.save(step, args=args, force=True))
     except Exception as e:
-      raise CheckpointError(f"saving step {step} to {self.directory} failed: {_cause(e)}") from e
+      raise self._failed(self._in_flight if self._in_flight is not None else step, e) from e
+    self._in_flight = step if saved else self._in_flight
+    return saved
+
+  def _failed(self, step, e) -> CheckpointError:
+    self._in_flight = None
+    _silence_orbax_leftovers()  # the failed write's TensorStore callbacks, as after a restore
+    kept = self.all_steps()
+    return CheckpointError(
+      f"saving checkpoint step {step} to {self.directory} failed: {_cause(e)}; "
+      + (
+        f"the earlier checkpoints (step {', '.join(map(str, kept))}) are intact"
+        if kept
+        else "no earlier checkpoint exists"
+      )
+    )
+
+  def check(self) -> None:
+    """Raises CheckpointError, naming the step, if an async save has failed; does not block
+    (call it after every step, so that training stops within a step of a failed save)."""
+    if self._in_flight is None:
+      return
+    try:
+      if self._deferred is not None:
+        e, self._deferred = self._deferred, None
+        raise e
+      self._mngr.check_for_errors()
+    except Exception as e:
+      raise self._failed(self._in_flight, e) from e
+
+  def settle(self) -> None:
+    """Blocks until the save in flight has ended, keeping a failure for the next `check`
+    (the fault tests use it to have a failed save happen at a known step)."""
+    try:
+      self._mngr.wait_until_finished()
+    except Exception as e:
+      self._deferred = e
 
   def wait(self) -> None:
     """Blocks until every started save is durable on disk."""
     try:
+      if self._deferred is not None:
+        e, self._deferred = self._deferred, None
+        raise e
       self._mngr.wait_until_finished()
+      self._mngr.check_for_errors()
     except Exception as e:
-      raise CheckpointError(f"async checkpoint save in {self.directory} failed: {_cause(e)}") from e
+      raise self._failed(self._in_flight, e) from e
+    self._in_flight = None
 
   # -- inspecting ------------------------------------------------------------------------------
 

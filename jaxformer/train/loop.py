@@ -178,6 +178,8 @@ def train(config, workdir=None, profile_steps=0):
           s += 1
           trace.after_step(s, device_metrics)
           faults.kill("step", s)
+          if ckpt is not None:
+            ckpt.check()  # a failed async save stops the run within a step, naming it
           if pending is not None:
             record(*pending)
           pending = (s, device_metrics)
@@ -207,7 +209,9 @@ def train(config, workdir=None, profile_steps=0):
 
           # --- save ---------------------------------------------------------------------------
           if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
+            faults.fill_disk(s, before=ckpt.wait)
             _save(ckpt, s, state, loader, skipped)
+            faults.after_save(s, ckpt.settle)
             faults.kill("save", s)
             faults.kill("saved", s, before=ckpt.wait)
           clock["paused"] += time.perf_counter() - paused_at
