@@ -53,12 +53,19 @@ def train(config, workdir=None, profile_steps=0):
   tokens_per_sec, mfu, skipped_steps, stop_reason (completed | early_stop | preempted), the
   trained params and `config`: the config as run, its model sized for the task
   (jaxformer.train.program.resolve), which a workdir also keeps in config.json. Raises
-  ConfigError / DataError / MeshError / CheckpointError for a config that cannot run,
-  NonFiniteError at a non-finite step (unless skip_nonfinite).
+  ConfigError / DataError / MeshError / CheckpointError for a config that cannot run (or a
+  workdir another live run holds: WORKDIR/lock), NonFiniteError at a non-finite step (unless
+  skip_nonfinite).
   """
   program_lib.check_config(config)
   if profile_steps and workdir is None:
     raise ladder.ConfigError("profile: a trace needs a workdir to be written to")
+  # One writer per workdir: process 0 holds WORKDIR/lock (a second run fails naming it).
+  with workdir_lib.lock(workdir, enabled=jax.process_index() == 0):
+    return _train(config, workdir, profile_steps)
+
+
+def _train(config, workdir, profile_steps):
   faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 

@@ -21,8 +21,13 @@ called with trust_code=True (the `--trust_mixer` flag of sample and evaluate), a
 if the file's sha256 is still the one mixer.json recorded when the run trained.
 """
 
+import contextlib
 import dataclasses
 import json
+import os
+import socket
+import sys
+import time
 from typing import Any
 
 import flax.linen as nn
@@ -31,7 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 from etils import epath
 
-from jaxformer import data, ladder
+from jaxformer import data, files, ladder
 from jaxformer.mixers import plug
 from jaxformer.train import config as config_lib
 from jaxformer.train import program as program_lib
@@ -40,11 +45,139 @@ from jaxformer.train.checkpoint import Checkpointer, CheckpointError
 CONFIG_FILE = "config.json"
 TASK_FILE = "task.json"
 MIXER_FILE = "mixer.json"
+LOCK_FILE = "lock"
 CHECKPOINT_DIR = "checkpoints"
 
 
 def checkpoint_dir(workdir):
   return epath.Path(workdir) / CHECKPOINT_DIR
+
+
+# ----------------------------------------------------------------------------------------------
+# One writer per workdir.
+
+
+def _start_time(pid):
+  """The process's start time in clock ticks since boot (/proc), or None where unknown: with
+  the pid it tells a live holder from a new process that reuses a dead holder's pid."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return int(f.read().rsplit(")", 1)[1].split()[19])
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def _alive(holder):
+  pid = holder.get("pid")
+  if not isinstance(pid, int) or pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    pass  # someone else's live process
+  start = _start_time(pid)
+  return holder.get("start") is None or start is None or start == holder["start"]
+
+
+@contextlib.contextmanager
+def lock(workdir, enabled=True, stream=None):
+  """Holds WORKDIR/lock (this process's pid, host and start) while the body runs.
+
+  A lock held by a live process, or by any process on another host (whose liveness cannot be
+  told from here), raises ConfigError naming the holder. A lock of a process on this host
+  that is gone (killed, crashed) is taken over with a note on `stream` (stderr). The lock is
+  created atomically (O_EXCL) on a local file system; an object store (gs://) has no atomic
+  create, so there two runs started at the same moment can both pass.
+  """
+  if not enabled or workdir is None:
+    yield
+    return
+  stream = stream or sys.stderr
+  path = epath.Path(workdir) / LOCK_FILE
+  host = socket.gethostname()
+  me = {"pid": os.getpid(), "host": host, "start": _start_time(os.getpid())}
+  me["since"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+  text = json.dumps(me) + "\n"
+  for _ in range(5):
+    try:
+      created = _create(path, text)
+    except OSError as e:
+      raise ladder.ConfigError(
+        f"--workdir={workdir}: not a writable directory ({files.describe(e)})"
+      ) from None
+    if created:
+      break
+    holder = _holder(path)
+    if holder is None:  # removed meanwhile, or still being written: look again
+      time.sleep(0.2)
+      continue
+    who = f"pid {holder.get('pid')} on host {holder.get('host')!r}"
+    if holder.get("host") != host or _alive(holder):
+      raise ladder.ConfigError(
+        f"--workdir={workdir}: in use by {who} since {holder.get('since', '?')} ({path}); "
+        "wait for that run to end or use another workdir"
+        + ("" if holder.get("host") == host else f"; delete {path} if that run is gone")
+      )
+    try:  # a rename succeeds for one of several runs taking the same stale lock over
+      stale = path.parent / f"{LOCK_FILE}.stale-{os.getpid()}"
+      path.rename(stale)
+      stale.unlink()
+    except OSError:
+      continue
+    print(
+      f"note: {path}: taking over the lock of {who}, which is no longer running",
+      file=stream,
+      flush=True,
+    )
+  else:
+    raise ladder.ConfigError(f"--workdir={workdir}: cannot take the lock {path}")
+  try:
+    yield
+  finally:
+    if (_holder(path) or {}).get("pid") == me["pid"]:
+      with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def _create(path, text):
+  """Writes `text` to `path` if no file is there; False if one is."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if files.is_local(path):
+    try:
+      fd = os.open(os.fspath(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      return False
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+    return True
+  if path.exists():
+    return False
+  path.write_text(text)
+  return True
+
+
+def _holder(path):
+  """The lock's record, {} for an unreadable one older than a few seconds (a writer killed
+  mid-write), None if there is no lock or it is still being written."""
+  try:
+    raw = path.read_text()
+  except (FileNotFoundError, OSError):
+    return None
+  try:
+    holder = json.loads(raw)
+    return holder if isinstance(holder, dict) else {}
+  except json.JSONDecodeError:
+    try:
+      mtime = os.path.getmtime(path) if files.is_local(path) else path.stat().mtime
+    except OSError:
+      mtime = 0
+    age = time.time() - mtime
+    return {"host": socket.gethostname(), "pid": None} if age > 5 else None
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def write_run(workdir, config, dataset):
