@@ -24,6 +24,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 
 import flax.linen as nn
 import jax
@@ -32,6 +33,7 @@ import numpy as np
 
 CHECK_LENGTH = 16  # L of the contract check
 CHECK_BATCH = 2
+CHECK_SECONDS = 300  # the whole contract check (it compiles a few small programs)
 TOLERANCE = 1e-4  # |difference| <= TOLERANCE x (1 + max |output|) counts as equal
 _FILE_PREFIX = "jaxformer_user_"
 _FILES = {}  # private module name -> the file it was loaded from
@@ -181,8 +183,36 @@ def in_block(module):
   return module if accepts_decode(type(module)) else Plugged(module)
 
 
-def check(cls, fields, width, length=CHECK_LENGTH, batch=CHECK_BATCH, seed=0):
-  """Runs the contract; returns {'decode': bool, 'params': int}; MixerError if broken."""
+def check(cls, fields, width, length=CHECK_LENGTH, batch=CHECK_BATCH, seed=0, timeout=None):
+  """Runs the contract; returns {'decode': bool, 'params': int}; MixerError if broken.
+
+  timeout: seconds (default CHECK_SECONDS) the whole check may take; a mixer whose build or
+  `__call__` does not return by then is a MixerError (its thread is left behind, as Python
+  cannot stop it, so the caller should exit soon).
+  """
+  timeout = CHECK_SECONDS if timeout is None else timeout
+  outcome = {}
+
+  def run():
+    try:
+      outcome["result"] = _check(cls, fields, width, length, batch, seed)
+    except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+      outcome["error"] = e
+
+  worker = threading.Thread(target=run, name=f"mixer-check-{cls.__name__}", daemon=True)
+  worker.start()
+  worker.join(timeout)
+  if worker.is_alive():
+    raise MixerError(
+      f"mixer {cls.__name__}: the contract check did not finish within {timeout:g} s "
+      "(does its __call__ return?)"
+    )
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome["result"]
+
+
+def _check(cls, fields, width, length, batch, seed):
   module = build(cls, width, fields)
   name = cls.__name__
   x_BLD = jax.random.normal(jax.random.key(seed), (batch, length, width), jnp.float32)

@@ -8,6 +8,7 @@ outside the process cannot find reliably, so the loop names them and this module
 ones the variable lists. Points (phase:step), in the order the loop reaches them:
 
   init:s   state created (s = 0) or restored (s = its step), before the first step compiles
+  term:s   the same moment: SIGTERM to this process (a preemption before the first step)
   nan:s    step s's batch gets token ids = vocab_size, which embed as NaN: a non-finite loss
   step:s   step s dispatched, before its metrics are read (between checkpoints)
   eval:s   the eval at step s computed, its record not yet written
@@ -30,7 +31,7 @@ import numpy as np
 from jaxformer import ladder
 
 ENV = "JAXFORMER_FAULT_AT"
-PHASES = ("init", "nan", "step", "eval", "nospace", "save", "saved")
+PHASES = ("init", "term", "nan", "step", "eval", "nospace", "save", "saved")
 NOSPACE_BYTES = 16 * 1024  # above metrics.jsonl of a test run, below its checkpoint arrays
 
 
@@ -61,6 +62,12 @@ class Faults:
       before()
     print(f"fault injected: SIGKILL at {phase}:{step}", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
+
+  def terminate(self, phase, step):
+    """SIGTERM this process at (phase, step) if listed (its handler decides what happens)."""
+    if (phase, step) in self.points:
+      print(f"fault injected: SIGTERM at {phase}:{step}", file=sys.stderr, flush=True)
+      os.kill(os.getpid(), signal.SIGTERM)
 
   def fill_disk(self, step, before=None):
     """From ('nospace', step) on, no file this process writes grows past NOSPACE_BYTES

@@ -60,12 +60,17 @@ def train(config, workdir=None, profile_steps=0):
   program_lib.check_config(config)
   if profile_steps and workdir is None:
     raise ladder.ConfigError("profile: a trace needs a workdir to be written to")
+  if config.rung == ladder.CUSTOM:
+    _check_mixer(config.model)
   # One writer per workdir: process 0 holds WORKDIR/lock (a second run fails naming it).
   with workdir_lib.lock(workdir, enabled=jax.process_index() == 0):
-    return _train(config, workdir, profile_steps)
+    # From here on SIGTERM asks for a clean stop, even before the first step (data, restore,
+    # compilation): the loop then saves the state it has and returns `preempted`.
+    with _preemption_watch(enabled=workdir is not None) as preempted:
+      return _train(config, workdir, profile_steps, preempted)
 
 
-def _train(config, workdir, profile_steps):
+def _train(config, workdir, profile_steps, preempted):
   faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
@@ -131,6 +136,7 @@ def _train(config, workdir, profile_steps):
       f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
     )
     faults.kill("init", first_step)
+    faults.terminate("term", first_step)
 
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
@@ -174,62 +180,64 @@ def _train(config, workdir, profile_steps):
 
     trace = _Trace(workdir, profile_steps, first_step + 1, progress)
     try:
-      with _preemption_watch(enabled=workdir is not None) as preempted:
-        while s < config.total_steps:
-          local = faults.poison(next(loader), s + 1, config.model.vocab_size)
-          batch = data.to_global(local, program.batch_sharding, config.batch_size)
-          if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
-            data.check_replicas(batch)
-          trace.before_step(s, state)
-          state, device_metrics = program.train_step(state, batch)
-          s += 1
-          trace.after_step(s, device_metrics)
-          faults.kill("step", s)
-          if ckpt is not None:
-            ckpt.check()  # a failed async save stops the run within a step, naming it
-          if pending is not None:
-            record(*pending)
-          pending = (s, device_metrics)
-
-          due_eval = s % config.eval_every == 0 or s == config.total_steps
-          due_save = ckpt is not None and s % config.checkpoint_every == 0
-          stop_now = preempted(s)
-          if not (due_eval or due_save or stop_now):
-            continue
-          record(*pending)
-          pending = None
-          paused_at = time.perf_counter()
-
-          # --- eval ---------------------------------------------------------------------------
-          if due_eval:
-            result = _evaluate(program, state["params"], test_ds, config, shard)
-            faults.kill("eval", s)
-            evals.append((s, result["eval_loss"], result["eval_accuracy"]))
-            writer.write(s, result)
-            progress.message(
-              f"step {s}: eval_loss={result['eval_loss']:.4f} "
-              f"eval_accuracy={result['eval_accuracy']:.4f}"
-            )
-            target = config.early_stop_accuracy
-            if target is not None and result["eval_accuracy"] >= target:
-              stop_reason = "early_stop"
-
-          # --- save ---------------------------------------------------------------------------
-          if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
-            faults.fill_disk(s, before=ckpt.wait)
-            _save(ckpt, s, state, loader, skipped)
-            faults.after_save(s, ckpt.settle)
-            faults.kill("save", s)
-            faults.kill("saved", s, before=ckpt.wait)
-          clock["paused"] += time.perf_counter() - paused_at
-          if stop_now:
-            stop_reason = "preempted"
-            progress.message(f"preempted: saved step {s}, exiting")
-          if stop_reason != "completed":
-            break
+      if getattr(preempted, "early", None) is not None and preempted.early():
+        stop_reason = "preempted"  # SIGTERM before the first step: save what was restored
+        progress.message(f"preempted before step {s + 1}: saving step {s}, exiting")
+      while s < config.total_steps and stop_reason == "completed":
+        local = faults.poison(next(loader), s + 1, config.model.vocab_size)
+        batch = data.to_global(local, program.batch_sharding, config.batch_size)
+        if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
+          data.check_replicas(batch)
+        trace.before_step(s, state)
+        state, device_metrics = program.train_step(state, batch)
+        s += 1
+        trace.after_step(s, device_metrics)
+        faults.kill("step", s)
+        if ckpt is not None:
+          ckpt.check()  # a failed async save stops the run within a step, naming it
         if pending is not None:
           record(*pending)
-          pending = None
+        pending = (s, device_metrics)
+
+        due_eval = s % config.eval_every == 0 or s == config.total_steps
+        due_save = ckpt is not None and s % config.checkpoint_every == 0
+        stop_now = preempted(s)
+        if not (due_eval or due_save or stop_now):
+          continue
+        record(*pending)
+        pending = None
+        paused_at = time.perf_counter()
+
+        # --- eval ---------------------------------------------------------------------------
+        if due_eval:
+          result = _evaluate(program, state["params"], test_ds, config, shard)
+          faults.kill("eval", s)
+          evals.append((s, result["eval_loss"], result["eval_accuracy"]))
+          writer.write(s, result)
+          progress.message(
+            f"step {s}: eval_loss={result['eval_loss']:.4f} "
+            f"eval_accuracy={result['eval_accuracy']:.4f}"
+          )
+          target = config.early_stop_accuracy
+          if target is not None and result["eval_accuracy"] >= target:
+            stop_reason = "early_stop"
+
+        # --- save ---------------------------------------------------------------------------
+        if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
+          faults.fill_disk(s, before=ckpt.wait)
+          _save(ckpt, s, state, loader, skipped)
+          faults.after_save(s, ckpt.settle)
+          faults.kill("save", s)
+          faults.kill("saved", s, before=ckpt.wait)
+        clock["paused"] += time.perf_counter() - paused_at
+        if stop_now:
+          stop_reason = "preempted"
+          progress.message(f"preempted: saved step {s}, exiting")
+        if stop_reason != "completed":
+          break
+      if pending is not None:
+        record(*pending)
+        pending = None
       if ckpt is not None:
         _save(ckpt, s, state, loader, skipped)
         ckpt.wait()
@@ -401,6 +409,18 @@ def _evaluate(program, params, dataset, config, shard):
   }
 
 
+def _check_mixer(model_config):
+  """A custom mixer's contract (jaxformer.mixers.plug.check, time-limited) before the data, so
+  that a broken or hanging mixer is one line naming the field."""
+  from jaxformer.mixers import plug
+
+  cls, fields = ladder.custom_mixer(model_config)
+  try:
+    plug.check(cls, fields, model_config.d_model)
+  except plug.MixerError as e:
+    raise ladder.ConfigError(f"model.mixer: {e}") from None
+
+
 def _resume_problem(loader, step, state, extra):
   """Why a verified checkpoint cannot be resumed from, or None: the data position, the state's
   step and the directory's step must agree, and the position must belong to this loader."""
@@ -450,7 +470,12 @@ def _preemption_watch(enabled):
     return
   flag = threading.Event()
   previous = signal.signal(signal.SIGTERM, lambda signum, frame: flag.set())
+
+  def preempted(s):
+    return flag.is_set()
+
+  preempted.early = flag.is_set  # a single process may stop before its first step
   try:
-    yield lambda s: flag.is_set()
+    yield preempted
   finally:
     signal.signal(signal.SIGTERM, previous)
