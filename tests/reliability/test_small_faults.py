@@ -123,3 +123,30 @@ def test_sigterm_before_the_first_step_saves_and_exits_0(tmp_path):
   assert "preempted before step 4: saving step 3, exiting" in out
   assert "preempted at step 3: checkpoint saved" in out
   assert h.complete_steps(workdir) == [3]
+
+
+def test_damaged_gpt2_files_are_one_line_naming_the_file(tmp_path):
+  import numpy as np
+  from safetensors.numpy import save_file
+
+  from jaxformer.interop import gpt2
+  from tests.interop.gpt2_reference import random_state
+
+  state = random_state(np.random.default_rng(0), vocab=20, positions=8, width=8, layers=1)
+  weights = tmp_path / "model.safetensors"
+  save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(weights))
+  (tmp_path / "config.json").write_text('{"n_head": 2}')
+  assert gpt2.load(str(tmp_path))[0].d_model == 8  # the intact pair loads
+
+  (tmp_path / "config.json").write_text('{"n_head": 2')  # cut short
+  with pytest.raises(ValueError) as e:
+    gpt2.load(str(tmp_path))
+  assert str(e.value).startswith(f"{tmp_path / 'config.json'}: not valid JSON (")
+  assert "\n" not in str(e.value)
+
+  (tmp_path / "config.json").write_text('{"n_head": 2}')
+  os.truncate(weights, os.path.getsize(weights) // 2)
+  with pytest.raises(ValueError) as e:
+    gpt2.load(str(tmp_path))
+  assert str(e.value).startswith(f"{weights}: not a readable safetensors file (")
+  assert str(e.value).endswith("download it again") and "\n" not in str(e.value)
