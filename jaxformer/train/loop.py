@@ -31,7 +31,7 @@ from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train import sharding
 from jaxformer.train import workdir as workdir_lib
-from jaxformer.train.checkpoint import Checkpointer
+from jaxformer.train.checkpoint import Checkpointer, CheckpointError
 
 PROFILE_DIR = "profile"
 
@@ -63,11 +63,12 @@ def train(config, workdir=None, profile_steps=0):
   if config.rung == ladder.CUSTOM:
     _check_mixer(config.model)
   # One writer per workdir: process 0 holds WORKDIR/lock (a second run fails naming it).
-  with workdir_lib.lock(workdir, enabled=jax.process_index() == 0):
+  with contextlib.ExitStack() as stack:
+    _lead_first("locked", lambda: stack.enter_context(workdir_lib.lock(workdir)))
     # From here on SIGTERM asks for a clean stop, even before the first step (data, restore,
     # compilation): the loop then saves the state it has and returns `preempted`.
-    with _preemption_watch(enabled=workdir is not None) as preempted:
-      return _train(config, workdir, profile_steps, preempted)
+    preempted = stack.enter_context(_preemption_watch(enabled=workdir is not None))
+    return _train(config, workdir, profile_steps, preempted)
 
 
 def _train(config, workdir, profile_steps, preempted):
@@ -365,15 +366,54 @@ class _Trace:
 
 
 def _datasets(spec, data_dir):
-  """Train and test splits; process 0 prepares the files first when several processes run."""
-  lead = jax.process_index() == 0
-  if lead:
-    splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices("jaxformer_data_prepared")
-  if not lead:
-    splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
-  return splits
+  """Train and test splits; process 0 prepares the files first when several processes run
+  (and a usage error it meets there stops every process with the same line)."""
+
+  def both():
+    return data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
+
+  splits = _lead_first("data_prepared", both)
+  return both() if splits is None else splits
+
+
+# Errors process 0 shares with the others in _lead_first, by name.
+_SHARED_ERRORS = {
+  "ConfigError": ladder.ConfigError,
+  "DataError": data.DataError,
+  "CheckpointError": CheckpointError,
+}
+_LEAD_ROUNDS = [0]  # every process calls _lead_first in the same order: keys match
+LEAD_TIMEOUT_MS = 24 * 3600 * 1000  # process 0 may prepare a large dataset first
+
+
+def _lead_first(name, fn):
+  """fn() on process 0 while the others wait, its outcome shared through JAX's key-value
+  store: an error of _SHARED_ERRORS there is raised on every process with the same message
+  (a barrier would leave the others to fail later with a gloo timeout traceback). Returns
+  fn()'s result on process 0, None on the others (and fn() itself with one process)."""
+  if jax.process_count() == 1:
+    return fn()
+  from jax._src import distributed
+
+  client = distributed.global_state.client
+  _LEAD_ROUNDS[0] += 1
+  key = f"jaxformer/{name}/{_LEAD_ROUNDS[0]}"
+  if jax.process_index() == 0:
+    try:
+      out = fn()
+    except tuple(_SHARED_ERRORS.values()) as e:
+      client.key_value_set(key, f"{type(e).__name__}:{e}")
+      raise
+    except BaseException as e:
+      client.key_value_set(key, f"RuntimeError:process 0 failed: {type(e).__name__}: {e}")
+      raise
+    client.key_value_set(key, "ok")
+    return out
+  outcome = client.blocking_key_value_get(key, LEAD_TIMEOUT_MS)
+  if outcome != "ok":
+    kind, _, message = outcome.partition(":")
+    raise _SHARED_ERRORS.get(kind, RuntimeError)(message)
+  return None
 
 
 def _batch_shard(mesh):

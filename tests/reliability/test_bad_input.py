@@ -11,6 +11,7 @@ line); the bench suites' arguments are checked through `experiments.bench.run_su
 
 import concurrent.futures
 import os
+import shutil
 import sys
 
 import jax
@@ -180,7 +181,10 @@ def _command(entry, args, workdir, ctx):
     elif arg.startswith("--config="):
       cmd[3] = arg
     elif arg.startswith("--workdir="):
-      cmd[4] = arg
+      # each run gets its own copy: runs at the same time on one workdir refuse each other
+      copy = f"{workdir}-trained"
+      shutil.copytree(arg.split("=", 1)[1], copy)
+      cmd[4] = f"--workdir={copy}"
     else:
       cmd.append(arg)
   return cmd, devices
