@@ -454,11 +454,18 @@ def _check_mixer(model_config):
   that a broken or hanging mixer is one line naming the field."""
   from jaxformer.mixers import plug
 
+  key = (model_config.mixer, model_config.mixer_fields, model_config.d_model)
+  if key in _CHECKED_MIXERS:
+    return
   cls, fields = ladder.custom_mixer(model_config)
   try:
     plug.check(cls, fields, model_config.d_model)
   except plug.MixerError as e:
     raise ladder.ConfigError(f"model.mixer: {e}") from None
+  _CHECKED_MIXERS.add(key)
+
+
+_CHECKED_MIXERS = set()  # (spec, fields, width) that passed in this process
 
 
 def _resume_problem(loader, step, state, extra):

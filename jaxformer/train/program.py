@@ -66,16 +66,21 @@ def check_sizes(config, task_name, task_params, memory=None):
   (float32 bytes, a lower bound on what training allocates), before any of them is built:
   a huge max_len, vocabulary or task otherwise ends in a MemoryError or an OOM kill."""
   memory = memory or memory_bytes()
-  c, m = config, config.model
+  m = config.model
   seq_len = task_params.get("seq_len") or 1
   width = m.get("d_model") or 1
-  vocab = m.vocab_size or task_params.get("vocab_size") or 1
   examples = (task_params.get("num_examples") or 0) + (task_params.get("num_test_examples") or 0)
+  positions = m.get("positions", "learned")
+  table = {"none": 0, "sinusoidal": 1}.get(positions, 3)  # learned: the table and Adam's two
   asks = [
     # (field, value, bytes, what)
-    ("model.max_len", m.max_len, (m.max_len or 0) * width * 4 * 3, "a [max_len, d_model] table"),
+    (
+      "model.max_len",
+      m.max_len,
+      (m.max_len or 0) * width * 4 * table,
+      "a [max_len, d_model] table",
+    ),
     ("model.vocab_size", m.vocab_size, (m.vocab_size or 0) * width * 4 * 3, "the embedding"),
-    (f"task {task_name}.seq_len", seq_len, c.batch_size * seq_len * vocab * 4 * 2, "the logits"),
     (f"task {task_name}.seq_len", seq_len, examples * seq_len * 3 * 4, "the prepared examples"),
   ]
   for field, value, need, what in asks:

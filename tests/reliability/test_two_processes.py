@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.reliability import helpers as h
-from tests.train.train_helpers import REPO, env, main_command, run
+from tests.train.train_helpers import REPO, env, main_command
 
 STEPS = 60  # SIGTERM lands at step 1's record; the processes agree on a stop a few steps on
 ARGS = (
@@ -85,9 +85,9 @@ def data_dir(tmp_path_factory):
 
 
 def test_sigterm_to_one_process_then_a_two_process_resume_gives_the_single_run(data_dir, tmp_path):
+  # The uninterrupted single-process reference (4 devices) runs beside the two processes.
   single = tmp_path / "single"
-  done = run(main_command(single, *ARGS, rung="softmax"), data_dir, devices=4, timeout=h.TIMEOUT)
-  assert done.returncode == 0, done.stderr[-3000:]
+  reference = h.start(main_command(single, *ARGS, rung="softmax"), str(data_dir), devices=4)
 
   workdir = tmp_path / "multi"
   cmd = main_command(workdir, *ARGS, rung="softmax")
@@ -107,6 +107,8 @@ def test_sigterm_to_one_process_then_a_two_process_resume_gives_the_single_run(d
 
   (out0, err0, code0), (_, err1, code1) = _finish_all(_start_two(cmd, data_dir, cache))
   assert code0 == 0 and code1 == 0, (err0[-3000:], err1[-3000:])
+  ref_code, _, ref_err = h.finish(reference)
+  assert ref_code == 0, ref_err[-3000:]
   assert f"completed at step {STEPS}" in out0 and f"resumed at step {stopped}" in out0
   got, want = _losses(workdir), _losses(single)
   assert [s for s, _ in got] == list(range(1, STEPS + 1))
