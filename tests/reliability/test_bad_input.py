@@ -180,11 +180,13 @@ def _command(entry, args, workdir, ctx):
       cmd.remove(f"--workdir={workdir}")
     elif arg.startswith("--config="):
       cmd[3] = arg
-    elif arg.startswith("--workdir="):
+    elif arg == f"--workdir={ctx['trained']}":
       # each run gets its own copy: runs at the same time on one workdir refuse each other
       copy = f"{workdir}-trained"
-      shutil.copytree(arg.split("=", 1)[1], copy)
+      shutil.copytree(ctx["trained"], copy)
       cmd[4] = f"--workdir={copy}"
+    elif arg.startswith("--workdir="):
+      cmd[4] = arg
     else:
       cmd.append(arg)
   return cmd, devices
