@@ -6,6 +6,7 @@ metadata.json) is prepared again from its spec, with one warning line naming the
 Each used to end every rerun with a JSONDecodeError, Riegeli or JSON traceback naming no path.
 """
 
+import json
 import os
 
 import numpy as np
@@ -64,6 +65,7 @@ def test_a_run_resumes_past_a_cut_short_metrics_line_and_damaged_data(tmp_path):
   code, _, err = h.train(workdir, str(data_dir), cache_dir=cache, fault="saved:9")
   assert code == -9, err[-3000:]
   first = h.losses(workdir)
+  killed = json.loads((workdir / "lock").read_text())["pid"]  # the kill left its lock
   with open(workdir / "metrics.jsonl", "a") as f:
     f.write('{"step": 10, "loss": 3.7')  # the write the kill cut short
   (prepared,) = os.listdir(data_dir)
@@ -76,5 +78,7 @@ def test_a_run_resumes_past_a_cut_short_metrics_line_and_damaged_data(tmp_path):
   assert len(warnings) == 2, err[-3000:]
   assert f"prepared data in {data_dir / prepared} is damaged" in warnings[0]  # read first
   assert "metrics.jsonl: its last line is not a complete record" in warnings[1]
+  assert f"note: {workdir / 'lock'}: taking over the lock of pid {killed} on host" in err
+  assert not (workdir / "lock").exists()  # released at the end
   assert h.losses(workdir)[:9] == first  # the rebuilt data is the same data
   assert [s for s, _ in h.losses(workdir)] == list(range(1, h.STEPS + 1))
