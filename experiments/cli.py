@@ -5,17 +5,21 @@ one `error: ...` line naming the field and exits 2; `--debug` shows the tracebac
 """
 
 import contextlib
+import os
+import re
 import sys
+import traceback
 
 from absl import flags, logging
 
 from jaxformer import data, ladder
+from jaxformer.mixers import plug
 from jaxformer.train import checkpoint
 
 USAGE = 2  # exit code of a usage error
 FAILED = 1
 
-USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError)
+USAGE_ERRORS = (ladder.ConfigError, data.DataError, checkpoint.CheckpointError, plug.MixerError)
 
 
 @contextlib.contextmanager
@@ -46,6 +50,9 @@ def first_line(error):
 def quiet(debug):
   if not debug:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every file it reads or writes at INFO
+    # A failed save is reported in one `error:` line; Orbax's own error logs repeat it with
+    # a traceback per thread.
+    checkpoint.quiet_orbax_errors()
 
 
 def parse_flags(argv, before=None, after=None):
@@ -65,8 +72,65 @@ def parse_flags(argv, before=None, after=None):
   except (flags.Error, AttributeError, KeyError, TypeError, OSError, ValueError) as e:
     if debug:
       raise
-    print(f"error: {flag_error_message(e, argv)}", file=sys.stderr)
+    line = None if _usage_error_in(e) else config_file_error(e, argv)
+    print(f"error: {line or flag_error_message(e, argv)}", file=sys.stderr)
     sys.exit(USAGE)
+  except (SyntaxError, Exception) as e:  # a config file that fails to compile or to run
+    line = config_file_error(e, argv)
+    if debug or line is None:
+      raise
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(USAGE)
+
+
+def _usage_error_in(e):
+  while e is not None:
+    if isinstance(e, ladder.ConfigError | data.DataError):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+def _config_paths(argv):
+  out = []
+  for i, arg in enumerate(argv):
+    value = arg.split("=", 1)[1] if arg.startswith("--config=") else None
+    if arg == "--config" and i + 1 < len(argv):
+      value = argv[i + 1]
+    if value:
+      out.append(os.path.abspath(value.split(":", 1)[0]))
+  return out
+
+
+def config_file_error(e, argv):
+  """`--config=FILE: FILE:LINE: Type: message` for an error raised by the config file's own
+  code (a syntax error, or get_config raising), else None."""
+  paths = _config_paths(argv)
+  if not paths:
+    return None
+  chain, inner = [], e
+  while inner is not None and inner not in chain:
+    chain.append(inner)
+    inner = inner.__cause__ or inner.__context__
+  for exc in reversed(chain):  # innermost first
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.abspath(exc.filename) in paths:
+      return f"{exc.filename}:{exc.lineno}: SyntaxError: {exc.msg}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in paths]
+    if frames and "Error whilst parsing" not in str(exc):
+      return f"{frames[-1].filename}:{frames[-1].lineno}: {_one_line(exc)}"
+  # ml_collections re-raises get_config's error with its traceback as text
+  text = "\n".join(str(x) for x in chain)
+  found = re.findall(r'File "([^"]+)", line (\d+)', text)
+  found = [(f, n) for f, n in found if os.path.abspath(f) in paths]
+  if found and "Traceback" in text:
+    last = [ln.strip() for ln in text.strip().splitlines() if ln.strip()][-1]
+    return f"{found[-1][0]}:{found[-1][1]}: {last}"
+  return None
+
+
+def _one_line(e):
+  lines = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def flag_error_message(e, argv):

@@ -2,7 +2,7 @@ r"""Sample from a trained run: reads the workdir's config and only its params, p
 
   python -m experiments.sample --workdir=/tmp/jaxformer/text --prompt="ROMEO:" \
     [--num_tokens=200 --temperature=0.8 --top_k=40 --top_p=0.95 --seed=0 --num_samples=1 \
-     --stop=TEXT --debug]
+     --stop=TEXT --trust_mixer --debug]
 
 Text tasks print the prompt followed by the sampled text (several samples apart by a line
 of dashes); other tasks take and print token ids (`--prompt="3 17 5"`). The default prompt
@@ -12,7 +12,9 @@ past max_len).
 `--stop` ends a sample at that token (one character of a char-level task, text that is one
 token of a BPE-level one, which decodes with the tokenizer the workdir keeps). A usage error
 (a bad flag, a prompt the task cannot encode, a workdir without a run) prints one line
-naming the flag and exits 2.
+naming the flag and exits 2. A run of the custom rung names a mixer file, which sampling
+would import and run: it is refused unless `--trust_mixer` is given, and then only if the
+file's sha256 is the one the run recorded.
 """
 
 import math
@@ -40,6 +42,12 @@ _STOP = flags.DEFINE_string(
   "stop", None, "End a sample at this token (text: one character, or one BPE token)."
 )
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks of usage errors.")
+_TRUST_MIXER = flags.DEFINE_bool(
+  "trust_mixer",
+  False,
+  "Import and run the custom mixer file the workdir's config names (only if its sha256 is the "
+  "one the run recorded). Without it a custom run is refused: its file is someone's code.",
+)
 
 flags.register_validator(
   "temperature", lambda t: math.isfinite(t) and t > 0, "must be a finite number > 0"
@@ -92,7 +100,7 @@ def main(argv):
       stop_id = int(stop_ids[0])
     if _TOP_K.value is not None and _TOP_K.value > task.vocab_size:
       raise ladder.ConfigError(f"--top_k={_TOP_K.value}: the vocabulary has {task.vocab_size}")
-    run = workdir_lib.load(workdir)
+    run = workdir_lib.load(workdir, trust_code=_TRUST_MIXER.value)
     if len(prompt_ids) >= run.model.max_len:
       raise ladder.ConfigError(
         f"--prompt: {len(prompt_ids)} tokens; the model reads at most "

@@ -9,6 +9,7 @@ files. data_dir defaults to $JAXFORMER_DATA_DIR, else ~/.cache/jaxformer.
 import dataclasses
 import hashlib
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -142,6 +143,16 @@ def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
   canonical = format_spec(name, params)
   root = data_root(data_dir)
   path = os.path.join(root, cache_key(name, params))
+  if tfds_builder.is_prepared(path):
+    problem = tfds_builder.verify(path)
+    if problem is not None:  # the spec is known: the data can be prepared again
+      print(
+        f"warning: prepared data in {path} is damaged ({problem}); preparing it again",
+        file=sys.stderr,
+        flush=True,
+      )
+      _check_writable(root, data_dir)
+      tfds_builder.discard(path)
   if not tfds_builder.is_prepared(path):
     _check_writable(root, data_dir)
     arrays, meta = _build(name, params, root)
@@ -151,10 +162,19 @@ def get_dataset(spec: str, split: str, data_dir: str | None = None) -> Dataset:
       meta = {**meta, "tokenizer": bpe.FILE}
     meta = {**meta, "spec": canonical, "seq_len": params["seq_len"]}
     tfds_builder.prepare(path, arrays, meta, files=extra)
-  meta = tfds_builder.read_metadata(path)
-  if meta["spec"] != canonical:
-    raise DataError(f"data_dir={path}: holds {meta['spec']}, not {canonical}")
-  source = tfds_builder.load(path, meta["seq_len"]).as_data_source(split)
+  try:
+    meta = tfds_builder.read_metadata(path)
+    if meta["spec"] != canonical:
+      raise DataError(f"data_dir={path}: holds {meta['spec']}, not {canonical}")
+    source = tfds_builder.load(path, meta["seq_len"]).as_data_source(split)
+  except DataError:
+    raise
+  except Exception as e:  # damaged after the check above: TFDS / JSON errors name no path
+    raise DataError(
+      f"data_dir={path}: prepared data unreadable ({type(e).__name__}: "
+      f"{str(e).strip().splitlines()[0][:120] if str(e).strip() else ''}); delete that "
+      "directory to prepare it again"
+    ) from e
   return Dataset(
     source=source,
     vocab_size=int(meta["vocab_size"]),

@@ -9,9 +9,14 @@ alphabet travel in the dataset's `metadata.json`.
 Two processes may prepare the same spec at once (every host of a multi-host run calls
 `get_dataset`): each writes into its own temporary directory and renames it into place;
 the rename is atomic, the first one wins and the others discard their copy.
+
+Every prepared directory also holds `jaxformer_files.json`, the sha256 of each file written,
+so that damage at rest (a flipped byte, a truncated file, a cut-short metadata.json) is found
+when the data is opened (`verify`), before a read deep inside training fails without a path.
 """
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -25,6 +30,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 FEATURES = ("inputs", "targets", "mask")
+CHECKSUMS = "jaxformer_files.json"
+_VERIFIED = {}  # path -> (file, size, mtime) of every file, as this process verified them
 SPLITS = ("train", "test")
 
 
@@ -97,6 +104,8 @@ def prepare(
     for name, content in (files or {}).items():
       with open(os.path.join(tmp, name), "w") as f:
         f.write(content)
+    with open(os.path.join(tmp, CHECKSUMS), "w") as f:
+      json.dump(_file_sums(tmp), f, indent=1, sort_keys=True)
     try:
       os.rename(tmp, path)
     except OSError:
@@ -106,6 +115,76 @@ def prepare(
     logging.getLogger(__name__).info("prepared %s in %.1f s: %s", metadata.get("spec"), took, path)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _file_sums(root: str) -> dict[str, str]:
+  sums = {}
+  for directory, _, names in os.walk(root):
+    for name in names:
+      full = os.path.join(directory, name)
+      rel = os.path.relpath(full, root)
+      if rel != CHECKSUMS:
+        sums[rel] = _sha256(full)
+  return sums
+
+
+def _sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def verify(path: str) -> str | None:
+  """None if every file of the prepared directory `path` has the sha256 recorded when it was
+  written; else the first problem, in a few words (checked once per process)."""
+  sums_path = os.path.join(path, CHECKSUMS)
+  try:
+    stamp = _stamp(path)  # any write since the last verification changes a size or mtime
+    if _VERIFIED.get(path) == stamp:
+      return None
+    with open(sums_path) as f:
+      sums = json.load(f)
+  except FileNotFoundError:
+    return f"no {CHECKSUMS} (prepared by an older jaxformer, or cut short)"
+  except (OSError, ValueError) as e:
+    return f"{CHECKSUMS} unreadable ({type(e).__name__})"
+  if not isinstance(sums, dict) or not sums:
+    return f"{CHECKSUMS} lists no files"
+  for rel, want in sorted(sums.items()):
+    full = os.path.join(path, rel)
+    try:
+      got = _sha256(full)
+    except OSError:
+      return f"{rel} is missing"
+    if got != want:
+      return f"{rel} does not match its checksum"
+  _VERIFIED[path] = stamp
+  return None
+
+
+def _stamp(root: str):
+  out = []
+  for directory, _, names in os.walk(root):
+    for name in sorted(names):
+      st = os.stat(os.path.join(directory, name))
+      out.append((directory, name, st.st_size, st.st_mtime_ns))
+  if not out:
+    raise FileNotFoundError(root)
+  return tuple(sorted(out))
+
+
+def discard(path: str) -> None:
+  """Moves a damaged prepared directory out of the way (renamed, then removed), so that it
+  can be prepared again; another process doing the same at once is no error."""
+  aside = f"{path}.damaged-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  try:
+    os.rename(path, aside)
+  except FileNotFoundError:
+    return
+  _VERIFIED.pop(path, None)
+  shutil.rmtree(aside, ignore_errors=True)
 
 
 def load(path: str, seq_len: int) -> JaxformerTask:

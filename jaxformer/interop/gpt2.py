@@ -167,10 +167,20 @@ def _read(source):
 
 def _read_file(path):
   if path.endswith(".safetensors"):
-    with safe_open(path, framework="numpy") as f:
-      meta = f.metadata() or {}
-      state = {k: f.get_tensor(k) for k in f.keys()}
-    return state, json.loads(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
+    try:
+      with safe_open(path, framework="numpy") as f:
+        meta = f.metadata() or {}
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # SafetensorError names no file: a truncated or damaged download
+      raise GPT2FormatError(
+        f"{path}: not a readable safetensors file ({_one_line(e)}); download it again"
+      ) from None
+    if CONFIG_KEY not in meta:
+      return state, None
+    try:
+      return state, json.loads(meta[CONFIG_KEY])
+    except json.JSONDecodeError as e:
+      raise GPT2FormatError(f"{path}: metadata {CONFIG_KEY!r} is not JSON ({e})") from None
   if path.endswith(".index.json"):
     index = _read_json(path)
     if not index or "weight_map" not in index:
@@ -196,8 +206,21 @@ def _read_file(path):
 def _read_json(path):
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path) as f:
+      value = json.load(f)
+  except json.JSONDecodeError as e:
+    raise GPT2FormatError(f"{path}: not valid JSON ({e})") from None
+  except UnicodeDecodeError as e:
+    raise GPT2FormatError(f"{path}: not a text file ({e.reason})") from None
+  if not isinstance(value, dict):
+    raise GPT2FormatError(f"{path}: expected a JSON object, got {type(value).__name__}")
+  return value
+
+
+def _one_line(e):
+  lines = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def _to_numpy(value, name):

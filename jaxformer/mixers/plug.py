@@ -3,7 +3,9 @@
 A mixer is named by a spec string, `package.module:Class` (importable, or a module already
 loaded in this process such as `__main__`) or `path/to/file.py:Class` (a file anywhere: it
 is imported under a private name, nothing in jaxformer changes). Only the module the spec
-names is loaded.
+names is loaded. Loading runs the user's code, so it happens only for a spec the user gave
+(a config, a flag): a run's workdir records the file's sha256 (`source`) and a reader of
+someone else's workdir loads it only when trusted and unchanged (jaxformer.train.workdir).
 
 `check(cls, fields, width)` runs the contract on a small random input before anything
 trains, and raises MixerError with one line naming what broke:
@@ -26,6 +28,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 
 import flax.linen as nn
 import jax
@@ -34,6 +37,7 @@ import numpy as np
 
 CHECK_LENGTH = 16  # L of the contract check
 CHECK_BATCH = 2
+CHECK_SECONDS = 300  # the whole contract check (it compiles a few small programs)
 TOLERANCE = 1e-4  # |difference| <= TOLERANCE x (1 + max |output|) counts as equal
 _FILE_PREFIX = "jaxformer_user_"
 _FILES = {}  # private module name -> the file it was loaded from
@@ -43,20 +47,56 @@ class MixerError(ValueError):
   """A mixer that cannot be loaded, built or that breaks the contract; one line."""
 
 
-def load(spec):
-  """The class a spec names: 'package.module:Class' or 'path/to/file.py:Class'."""
+def _split(spec):
   if not isinstance(spec, str) or ":" not in spec:
     raise MixerError(f"mixer {spec!r}: expected 'package.module:Class' or 'path/to/file.py:Class'")
   where, _, name = spec.rpartition(":")
   if not where or not name:
     raise MixerError(f"mixer {spec!r}: expected 'package.module:Class' or 'path/to/file.py:Class'")
-  if where.endswith(".py") or os.sep in where or "/" in where:
+  return where, name
+
+
+def _is_file(where):
+  return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def source(spec):
+  """{'file': absolute path, 'sha256': hex} of the code a spec names, read without running it.
+
+  A module spec's file is found the way `import` finds it (which imports its parent
+  packages, not the module); a module with no file (built in, or defined in `__main__`
+  without one) has file and sha256 None.
+  """
+  where, _ = _split(spec)
+  if _is_file(where):
+    path = os.path.abspath(where)
+  else:
+    module = sys.modules.get(where)
+    path = getattr(module, "__file__", None) if module is not None else None
+    if module is None:
+      try:
+        found = importlib.util.find_spec(where)
+      except (ImportError, ValueError) as e:
+        raise MixerError(f"mixer {spec!r}: cannot find {where}: {_one_line(e)}") from e
+      path = found.origin if found is not None and found.has_location else None
+  if path is None or not os.path.isfile(path):
+    return {"file": path, "sha256": None}
+  with open(path, "rb") as f:
+    return {"file": path, "sha256": hashlib.sha256(f.read()).hexdigest()}
+
+
+def load(spec):
+  """The class a spec names: 'package.module:Class' or 'path/to/file.py:Class'."""
+  where, name = _split(spec)
+  if _is_file(where):
     module = _from_file(spec, where)
   else:
     module = sys.modules.get(where)
     if module is None:
       try:
         module = importlib.import_module(where)
+      except SystemExit as e:
+        raise MixerError(f"mixer {spec!r}: importing {where} called sys.exit({e.code!r})") from e
       except Exception as e:  # the user's import: any error is reported in one line
         raise MixerError(f"mixer {spec!r}: cannot import {where}: {_one_line(e)}") from e
   obj = module
@@ -82,6 +122,9 @@ def _from_file(spec, path):
   sys.modules[name] = module  # dataclasses (Linen modules) look their module up by name
   try:
     module_spec.loader.exec_module(module)
+  except SystemExit as e:  # would end the caller, e.g. `main` exiting 0 having trained nothing
+    del sys.modules[name]
+    raise MixerError(f"mixer {spec!r}: importing {path} called sys.exit({e.code!r})") from e
   except Exception as e:
     del sys.modules[name]
     raise MixerError(f"mixer {spec!r}: cannot import {path}: {_one_line(e)}") from e
@@ -179,9 +222,37 @@ def unnamed_note(name, unnamed, num_devices):
   )
 
 
-def check(cls, fields, width, length=CHECK_LENGTH, batch=CHECK_BATCH, seed=0):
+def check(cls, fields, width, length=CHECK_LENGTH, batch=CHECK_BATCH, seed=0, timeout=None):
   """Runs the contract; returns {'decode': bool, 'params': int, 'unnamed': [paths of the
-  parameters without logical axis names]}; MixerError if broken."""
+  parameters without logical axis names]}; MixerError if broken.
+
+  timeout: seconds (default CHECK_SECONDS) the whole check may take; a mixer whose build or
+  `__call__` does not return by then is a MixerError (its thread is left behind, as Python
+  cannot stop it, so the caller should exit soon).
+  """
+  timeout = CHECK_SECONDS if timeout is None else timeout
+  outcome = {}
+
+  def run():
+    try:
+      outcome["result"] = _check(cls, fields, width, length, batch, seed)
+    except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+      outcome["error"] = e
+
+  worker = threading.Thread(target=run, name=f"mixer-check-{cls.__name__}", daemon=True)
+  worker.start()
+  worker.join(timeout)
+  if worker.is_alive():
+    raise MixerError(
+      f"mixer {cls.__name__}: the contract check did not finish within {timeout:g} s "
+      "(does its __call__ return?)"
+    )
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome["result"]
+
+
+def _check(cls, fields, width, length, batch, seed):
   module = build(cls, width, fields)
   name = cls.__name__
   x_BLD = jax.random.normal(jax.random.key(seed), (batch, length, width), jnp.float32)

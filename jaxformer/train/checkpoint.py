@@ -5,15 +5,19 @@ corrupted bytes: a flipped bit restores silently wrong, a truncated file or a lo
 fails with a misleading error, and `latest_step()` still names the broken step. So every save also
 stores, in a small JSON item next to the arrays, a checksum of every leaf computed on device
 (works for arrays sharded across devices and processes without gathering them), the leaf shapes
-and dtypes, and a fingerprint of the config. `restore_latest` recomputes the checksums, reports a
-bad step in one warning line, moves it to `<directory>/corrupt/` (so the step number can be saved
-again) and falls back to the previous step.
+and dtypes, and a fingerprint of the config. That item is itself covered by a sha256 `digest`
+of everything else in it (the step, the fingerprint, the manifest and the caller's `extra`,
+such as the data position), so a changed byte there is caught as surely as one in the arrays.
+`restore_latest` recomputes the checksums and the digest, runs the caller's own consistency
+check (`check`), reports a bad step in one warning line, moves it to `<directory>/corrupt/` (so
+the step number can be saved again) and falls back to the previous step.
 
 On-disk layout per step (Orbax composite): `<step>/state` (the pytree, OCDBT) and
-`<step>/extra` (JSON: {'format', 'fingerprint', 'manifest', 'user'}).
+`<step>/extra` (JSON: {'format', 'step', 'fingerprint', 'manifest', 'user', 'digest'}).
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -31,7 +35,7 @@ from etils import epath
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: the metadata carries its step and a digest of itself
 CORRUPT_DIR = "corrupt"
 
 
@@ -115,6 +119,13 @@ def checksums(tree) -> dict[str, str]:
   }
 
 
+def digest(meta: dict) -> str:
+  """sha256 of `meta` without its 'digest' key, as canonical JSON (sorted keys, no spaces)."""
+  body = {k: v for k, v in meta.items() if k != "digest"}
+  text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _canonical_dtype(x) -> str:
   return str(
     jax.dtypes.canonicalize_dtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype)
@@ -172,7 +183,7 @@ def _cause(e: BaseException) -> str:
     e = e.__cause__ or e.__context__
   lines = str(e).strip().splitlines()
   msg = lines[0] if lines else ""
-  msg = msg if len(msg) <= 200 else msg[:197] + "..."
+  msg = msg if len(msg) <= 240 else msg[:120] + " ... " + msg[-115:]  # the OS error is last
   return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
@@ -240,6 +251,28 @@ def _orbax_warnings_silenced():
     absl_logging.set_verbosity(previous)
 
 
+class _QuietOrbaxErrors(logging.Filter):
+  """Drops Orbax's own ERROR records (with their tracebacks) of a failed save: the
+  CheckpointError raised for it names the step and the cause in one line."""
+
+  def filter(self, record):
+    return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+_QUIET = _QuietOrbaxErrors()
+
+
+def quiet_orbax_errors(enabled=True) -> None:
+  """Keeps Orbax's error logs and tracebacks of a failed save off stderr (the CLI's default;
+  `--debug` leaves them)."""
+  logger = absl_logging.get_absl_logger()
+  if enabled:
+    logger.addFilter(_QUIET)
+    _silence_orbax_leftovers()
+  else:
+    logger.removeFilter(_QUIET)
+
+
 class _BadStep(Exception):
   """A step that cannot be used; the message is the cause for the warning line."""
 
@@ -279,6 +312,8 @@ class Checkpointer:
       raise CheckpointError(f"fingerprint is not JSON-serialisable: {e}") from None
     self.directory = epath.Path(directory)
     self.read_only = read_only
+    self._in_flight = None  # the step of the last save started and not yet known durable
+    self._deferred = None  # a save's failure seen by `settle`, raised by the next `check`
     if read_only:
       # A PyTree handler restores a subset of the saved leaves (partial_restore); the saved
       # layout is the one StandardSave writes.
@@ -363,22 +398,66 @@ class Checkpointer:
 
     meta = {
       "format": FORMAT,
+      "step": step,
       "fingerprint": self._fingerprint,
       "manifest": _manifest(state),
       "user": user,
     }
+    meta["digest"] = digest(meta)
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(meta))
     try:
-      return bool(self._mngr.save(step, args=args, force=True))
+      # Orbax waits for the previous save first and raises its error here: name that step.
+      saved = bool(self._mngr.save(step, args=args, force=True))
     except Exception as e:
-      raise CheckpointError(f"saving step {step} to {self.directory} failed: {_cause(e)}") from e
+      raise self._failed(self._in_flight if self._in_flight is not None else step, e) from e
+    self._in_flight = step if saved else self._in_flight
+    return saved
+
+  def _failed(self, step, e) -> CheckpointError:
+    self._in_flight = None
+    _silence_orbax_leftovers()  # the failed write's TensorStore callbacks, as after a restore
+    kept = self.all_steps()
+    return CheckpointError(
+      f"saving checkpoint step {step} to {self.directory} failed: {_cause(e)}; "
+      + (
+        f"the earlier checkpoints (step {', '.join(map(str, kept))}) are intact"
+        if kept
+        else "no earlier checkpoint exists"
+      )
+    )
+
+  def check(self) -> None:
+    """Raises CheckpointError, naming the step, if an async save has failed; does not block
+    (call it after every step, so that training stops within a step of a failed save)."""
+    if self._in_flight is None:
+      return
+    try:
+      if self._deferred is not None:
+        e, self._deferred = self._deferred, None
+        raise e
+      self._mngr.check_for_errors()
+    except Exception as e:
+      raise self._failed(self._in_flight, e) from e
+
+  def settle(self) -> None:
+    """Blocks until the save in flight has ended, keeping a failure for the next `check`
+    (the fault tests use it to have a failed save happen at a known step)."""
+    try:
+      self._mngr.wait_until_finished()
+    except Exception as e:
+      self._deferred = e
 
   def wait(self) -> None:
     """Blocks until every started save is durable on disk."""
     try:
+      if self._deferred is not None:
+        e, self._deferred = self._deferred, None
+        raise e
       self._mngr.wait_until_finished()
+      self._mngr.check_for_errors()
     except Exception as e:
-      raise CheckpointError(f"async checkpoint save in {self.directory} failed: {_cause(e)}") from e
+      raise self._failed(self._in_flight, e) from e
+    self._in_flight = None
 
   # -- inspecting ------------------------------------------------------------------------------
 
@@ -395,7 +474,7 @@ class Checkpointer:
 
   # -- restoring -------------------------------------------------------------------------------
 
-  def restore_latest(self, abstract_state) -> tuple[int, Any, dict] | None:
+  def restore_latest(self, abstract_state, check=None) -> tuple[int, Any, dict] | None:
     """Returns (step, state, extra) of the newest step that verifies, or None if there is none.
 
     `abstract_state`: pytree of jax.ShapeDtypeStruct with the target shardings (a leaf without a
@@ -405,6 +484,10 @@ class Checkpointer:
     the newest readable step was written for another config (fingerprint or leaf shapes differ),
     or if steps exist but none verifies. Read-only: `abstract_state` may hold any part of the
     saved tree (same paths); only that part is read and verified.
+
+    `check(step, state, extra)`: the caller's own test of a step that verified (e.g. that the
+    data position saved in `extra` is the state's step); it returns None, or the cause that
+    makes the step unusable (reported and fallen back from like a checksum mismatch).
     """
     self.wait()  # a save still in flight is not restorable yet
     self._mngr.reload()  # see steps written or moved by other processes/instances
@@ -423,6 +506,9 @@ class Checkpointer:
         self._check_compatible(step, meta, wanted)
         state = self._restore_state(step, target)
         self._verify(step, meta, state)
+        problem = None if check is None else check(step, state, meta.get("user", {}))
+        if problem:
+          raise _BadStep(problem)
       except _BadStep as e:
         cause = str(e)
         log.warning(
@@ -461,6 +547,12 @@ class Checkpointer:
       raise _BadStep("metadata has no checksum manifest")
     if meta.get("format") != FORMAT:
       raise _BadStep(f"metadata format {meta.get('format')!r}, expected {FORMAT}")
+    if meta.get("digest") != digest(meta):
+      raise _BadStep("metadata digest mismatch (extra/metadata was changed after the save)")
+    if meta.get("step") != step:
+      raise _BadStep(f"metadata is of step {meta.get('step')!r}, not of its directory's step")
+    if not isinstance(meta.get("user"), dict):
+      raise _BadStep("metadata has no user fields")
     return meta
 
   def _check_compatible(self, step: int, meta: dict, wanted: dict) -> None:

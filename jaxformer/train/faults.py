@@ -8,9 +8,13 @@ outside the process cannot find reliably, so the loop names them and this module
 ones the variable lists. Points (phase:step), in the order the loop reaches them:
 
   init:s   state created (s = 0) or restored (s = its step), before the first step compiles
+  term:s   the same moment: SIGTERM to this process (a preemption before the first step)
   nan:s    step s's batch gets token ids = vocab_size, which embed as NaN: a non-finite loss
   step:s   step s dispatched, before its metrics are read (between checkpoints)
   eval:s   the eval at step s computed, its record not yet written
+  nospace:s  just before the save of step s, files stop growing past NOSPACE_BYTES
+           (RLIMIT_FSIZE: writes fail with EFBIG, as on a full disk), for the rest of the run;
+           the loop then waits for that save to fail, so the next step is the one to see it
   save:s   the save of step s dispatched: Orbax's async write is in flight
   saved:s  the save of step s durable on disk (the point waits for it, then kills)
 
@@ -27,7 +31,8 @@ import numpy as np
 from jaxformer import ladder
 
 ENV = "JAXFORMER_FAULT_AT"
-PHASES = ("init", "nan", "step", "eval", "save", "saved")
+PHASES = ("init", "term", "nan", "step", "eval", "nospace", "save", "saved")
+NOSPACE_BYTES = 16 * 1024  # above metrics.jsonl of a test run, below its checkpoint arrays
 
 
 def parse(raw):
@@ -57,6 +62,36 @@ class Faults:
       before()
     print(f"fault injected: SIGKILL at {phase}:{step}", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
+
+  def terminate(self, phase, step):
+    """SIGTERM this process at (phase, step) if listed (its handler decides what happens)."""
+    if (phase, step) in self.points:
+      print(f"fault injected: SIGTERM at {phase}:{step}", file=sys.stderr, flush=True)
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  def fill_disk(self, step, before=None):
+    """From ('nospace', step) on, no file this process writes grows past NOSPACE_BYTES
+    (after calling `before`: the loop lets earlier saves finish, so step's save is the one
+    that fails)."""
+    if ("nospace", step) not in self.points:
+      return
+    import resource
+
+    if before is not None:
+      before()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (NOSPACE_BYTES, hard))
+    print(
+      f"fault injected: files limited to {NOSPACE_BYTES} bytes at nospace:{step}",
+      file=sys.stderr,
+      flush=True,
+    )
+
+  def after_save(self, step, settle):
+    """At ('nospace', step): calls `settle` (waits for the failing save to end)."""
+    if ("nospace", step) in self.points:
+      settle()
 
   def poison(self, batch, step, vocab_size):
     """`batch` with every input id set to vocab_size if ('nan', step) is listed."""

@@ -14,6 +14,7 @@ unchanged (see step.py), so being told one step late loses nothing.
 """
 
 import contextlib
+import functools
 import math
 import signal
 import threading
@@ -31,7 +32,7 @@ from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train import sharding
 from jaxformer.train import workdir as workdir_lib
-from jaxformer.train.checkpoint import Checkpointer
+from jaxformer.train.checkpoint import Checkpointer, CheckpointError
 
 PROFILE_DIR = "profile"
 
@@ -53,13 +54,26 @@ def train(config, workdir=None, profile_steps=0):
   tokens_per_sec, mfu, skipped_steps, stop_reason (completed | early_stop | preempted), the
   trained params and `config`: the config as run, its model sized for the task
   (jaxformer.train.program.resolve), which a workdir also keeps in config.json. Raises
-  ConfigError / DataError / MeshError / CheckpointError for a config that cannot run,
-  NonFiniteError at a non-finite step (unless skip_nonfinite).
+  ConfigError / DataError / MeshError / CheckpointError for a config that cannot run (or a
+  workdir another live run holds: WORKDIR/lock), NonFiniteError at a non-finite step (unless
+  skip_nonfinite).
   """
   config = finetune.resolve(config)  # init_from: the GPT-2 checkpoint's model and tokenizer
   program_lib.check_config(config)
   if profile_steps and workdir is None:
     raise ladder.ConfigError("profile: a trace needs a workdir to be written to")
+  if config.rung == ladder.CUSTOM:
+    _check_mixer(config.model)
+  # One writer per workdir: process 0 holds WORKDIR/lock (a second run fails naming it).
+  with contextlib.ExitStack() as stack:
+    _lead_first("locked", lambda: stack.enter_context(workdir_lib.lock(workdir)))
+    # From here on SIGTERM asks for a clean stop, even before the first step (data, restore,
+    # compilation): the loop then saves the state it has and returns `preempted`.
+    preempted = stack.enter_context(_preemption_watch(enabled=workdir is not None))
+    return _train(config, workdir, profile_steps, preempted)
+
+
+def _train(config, workdir, profile_steps, preempted):
   faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
   lead = jax.process_index() == 0
 
@@ -92,12 +106,15 @@ def train(config, workdir=None, profile_steps=0):
     # --- restore / state --------------------------------------------------------------------
     ckpt, restored = None, None
     if workdir is not None:
+      workdir_lib.check_mixer_unchanged(workdir, config)
       ckpt = Checkpointer(
         workdir_lib.checkpoint_dir(workdir),
         max_to_keep=config.keep_checkpoints,
         fingerprint=program_lib.fingerprint(config),
       )
-      restored = ckpt.restore_latest(program.abstract_state)
+      restored = ckpt.restore_latest(
+        program.abstract_state, check=functools.partial(_resume_problem, loader)
+      )
       if lead:  # after the restore: a workdir of another config was refused above
         workdir_lib.write_run(workdir, config, train_ds)
     if restored is None:
@@ -125,6 +142,7 @@ def train(config, workdir=None, profile_steps=0):
       f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
     )
     faults.kill("init", first_step)
+    faults.terminate("term", first_step)
 
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
@@ -168,58 +186,64 @@ def train(config, workdir=None, profile_steps=0):
 
     trace = _Trace(workdir, profile_steps, first_step + 1, progress)
     try:
-      with _preemption_watch(enabled=workdir is not None) as preempted:
-        while s < config.total_steps:
-          local = faults.poison(next(loader), s + 1, config.model.vocab_size)
-          batch = data.to_global(local, program.batch_sharding, config.batch_size)
-          if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
-            data.check_replicas(batch)
-          trace.before_step(s, state)
-          state, device_metrics = program.train_step(state, batch)
-          s += 1
-          trace.after_step(s, device_metrics)
-          faults.kill("step", s)
-          if pending is not None:
-            record(*pending)
-          pending = (s, device_metrics)
-
-          due_eval = s % config.eval_every == 0 or s == config.total_steps
-          due_save = ckpt is not None and s % config.checkpoint_every == 0
-          stop_now = preempted(s)
-          if not (due_eval or due_save or stop_now):
-            continue
-          record(*pending)
-          pending = None
-          paused_at = time.perf_counter()
-
-          # --- eval ---------------------------------------------------------------------------
-          if due_eval:
-            result = _evaluate(program, state["params"], test_ds, config, shard)
-            faults.kill("eval", s)
-            evals.append((s, result["eval_loss"], result["eval_accuracy"]))
-            writer.write(s, result)
-            progress.message(
-              f"step {s}: eval_loss={result['eval_loss']:.4f} "
-              f"eval_accuracy={result['eval_accuracy']:.4f}"
-            )
-            target = config.early_stop_accuracy
-            if target is not None and result["eval_accuracy"] >= target:
-              stop_reason = "early_stop"
-
-          # --- save ---------------------------------------------------------------------------
-          if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
-            _save(ckpt, s, state, loader, skipped)
-            faults.kill("save", s)
-            faults.kill("saved", s, before=ckpt.wait)
-          clock["paused"] += time.perf_counter() - paused_at
-          if stop_now:
-            stop_reason = "preempted"
-            progress.message(f"preempted: saved step {s}, exiting")
-          if stop_reason != "completed":
-            break
+      if getattr(preempted, "early", None) is not None and preempted.early():
+        stop_reason = "preempted"  # SIGTERM before the first step: save what was restored
+        progress.message(f"preempted before step {s + 1}: saving step {s}, exiting")
+      while s < config.total_steps and stop_reason == "completed":
+        local = faults.poison(next(loader), s + 1, config.model.vocab_size)
+        batch = data.to_global(local, program.batch_sharding, config.batch_size)
+        if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
+          data.check_replicas(batch)
+        trace.before_step(s, state)
+        state, device_metrics = program.train_step(state, batch)
+        s += 1
+        trace.after_step(s, device_metrics)
+        faults.kill("step", s)
+        if ckpt is not None:
+          ckpt.check()  # a failed async save stops the run within a step, naming it
         if pending is not None:
           record(*pending)
-          pending = None
+        pending = (s, device_metrics)
+
+        due_eval = s % config.eval_every == 0 or s == config.total_steps
+        due_save = ckpt is not None and s % config.checkpoint_every == 0
+        stop_now = preempted(s)
+        if not (due_eval or due_save or stop_now):
+          continue
+        record(*pending)
+        pending = None
+        paused_at = time.perf_counter()
+
+        # --- eval ---------------------------------------------------------------------------
+        if due_eval:
+          result = _evaluate(program, state["params"], test_ds, config, shard)
+          faults.kill("eval", s)
+          evals.append((s, result["eval_loss"], result["eval_accuracy"]))
+          writer.write(s, result)
+          progress.message(
+            f"step {s}: eval_loss={result['eval_loss']:.4f} "
+            f"eval_accuracy={result['eval_accuracy']:.4f}"
+          )
+          target = config.early_stop_accuracy
+          if target is not None and result["eval_accuracy"] >= target:
+            stop_reason = "early_stop"
+
+        # --- save ---------------------------------------------------------------------------
+        if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
+          faults.fill_disk(s, before=ckpt.wait)
+          _save(ckpt, s, state, loader, skipped)
+          faults.after_save(s, ckpt.settle)
+          faults.kill("save", s)
+          faults.kill("saved", s, before=ckpt.wait)
+        clock["paused"] += time.perf_counter() - paused_at
+        if stop_now:
+          stop_reason = "preempted"
+          progress.message(f"preempted: saved step {s}, exiting")
+        if stop_reason != "completed":
+          break
+      if pending is not None:
+        record(*pending)
+        pending = None
       if ckpt is not None:
         _save(ckpt, s, state, loader, skipped)
         ckpt.wait()
@@ -286,15 +310,18 @@ def _summary(
   }
 
 
-def evaluate_workdir(workdir, *, batch_size=None, eval_batches=None, data_dir=None):
+def evaluate_workdir(
+  workdir, *, batch_size=None, eval_batches=None, data_dir=None, trust_code=False
+):
   """Evaluates the trained run in `workdir` on its task's test split, without training.
 
   Reads config.json and only the params of the newest checkpoint that verifies; runs data
   parallel over every device. batch_size / eval_batches default to the run's; data_dir to the
-  run's (the task's data is prepared again if it is not there). Returns {step, eval_loss,
-  eval_accuracy}.
+  run's (the task's data is prepared again if it is not there). trust_code: needed for a
+  custom rung, whose mixer file is imported (jaxformer.train.workdir.read_config). Returns
+  {step, eval_loss, eval_accuracy}.
   """
-  config = workdir_lib.read_config(workdir)
+  config = workdir_lib.read_config(workdir, trust_code)
   with config.unlocked():
     for field, value in (("batch_size", batch_size), ("eval_batches", eval_batches)):
       if value is not None:
@@ -344,15 +371,54 @@ class _Trace:
 
 
 def _datasets(spec, data_dir):
-  """Train and test splits; process 0 prepares the files first when several processes run."""
-  lead = jax.process_index() == 0
-  if lead:
-    splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices("jaxformer_data_prepared")
-  if not lead:
-    splits = data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
-  return splits
+  """Train and test splits; process 0 prepares the files first when several processes run
+  (and a usage error it meets there stops every process with the same line)."""
+
+  def both():
+    return data.get_dataset(spec, "train", data_dir), data.get_dataset(spec, "test", data_dir)
+
+  splits = _lead_first("data_prepared", both)
+  return both() if splits is None else splits
+
+
+# Errors process 0 shares with the others in _lead_first, by name.
+_SHARED_ERRORS = {
+  "ConfigError": ladder.ConfigError,
+  "DataError": data.DataError,
+  "CheckpointError": CheckpointError,
+}
+_LEAD_ROUNDS = [0]  # every process calls _lead_first in the same order: keys match
+LEAD_TIMEOUT_MS = 24 * 3600 * 1000  # process 0 may prepare a large dataset first
+
+
+def _lead_first(name, fn):
+  """fn() on process 0 while the others wait, its outcome shared through JAX's key-value
+  store: an error of _SHARED_ERRORS there is raised on every process with the same message
+  (a barrier would leave the others to fail later with a gloo timeout traceback). Returns
+  fn()'s result on process 0, None on the others (and fn() itself with one process)."""
+  if jax.process_count() == 1:
+    return fn()
+  from jax._src import distributed
+
+  client = distributed.global_state.client
+  _LEAD_ROUNDS[0] += 1
+  key = f"jaxformer/{name}/{_LEAD_ROUNDS[0]}"
+  if jax.process_index() == 0:
+    try:
+      out = fn()
+    except tuple(_SHARED_ERRORS.values()) as e:
+      client.key_value_set(key, f"{type(e).__name__}:{e}")
+      raise
+    except BaseException as e:
+      client.key_value_set(key, f"RuntimeError:process 0 failed: {type(e).__name__}: {e}")
+      raise
+    client.key_value_set(key, "ok")
+    return out
+  outcome = client.blocking_key_value_get(key, LEAD_TIMEOUT_MS)
+  if outcome != "ok":
+    kind, _, message = outcome.partition(":")
+    raise _SHARED_ERRORS.get(kind, RuntimeError)(message)
+  return None
 
 
 def _batch_shard(mesh):
@@ -388,6 +454,46 @@ def _evaluate(program, params, dataset, config, shard):
   }
 
 
+def _check_mixer(model_config):
+  """A custom mixer's contract (jaxformer.mixers.plug.check, time-limited) before the data, so
+  that a broken or hanging mixer is one line naming the field."""
+  from jaxformer.mixers import plug
+
+  key = (model_config.mixer, model_config.mixer_fields, model_config.d_model)
+  if key in _CHECKED_MIXERS:
+    return
+  cls, fields = ladder.custom_mixer(model_config)
+  try:
+    plug.check(cls, fields, model_config.d_model)
+  except plug.MixerError as e:
+    raise ladder.ConfigError(f"model.mixer: {e}") from None
+  _CHECKED_MIXERS.add(key)
+
+
+_CHECKED_MIXERS = set()  # (spec, fields, width) that passed in this process
+
+
+def _resume_problem(loader, step, state, extra):
+  """Why a verified checkpoint cannot be resumed from, or None: the data position, the state's
+  step and the directory's step must agree, and the position must belong to this loader."""
+  position = extra.get("loader")
+  if not isinstance(position, dict) or not isinstance(position.get("step"), int):
+    return "no data position (extra['loader']['step'])"
+  state_step = int(np.asarray(state["step"].addressable_data(0)))
+  if not position["step"] == state_step == step:
+    return (
+      f"data position {position['step']}, state step {state_step} and directory step {step} differ"
+    )
+  skipped = extra.get("skipped_steps", 0)
+  if not isinstance(skipped, int) or not 0 <= skipped <= step:
+    return f"skipped_steps={skipped!r} is not a count of steps up to {step}"
+  try:
+    loader.set_state(position)
+  except data.DataError as e:
+    return str(e)
+  return None
+
+
 def _save(ckpt, s, state, loader, skipped):
   ckpt.save(s, state, extra={"loader": loader.get_state(), "skipped_steps": skipped})
 
@@ -416,7 +522,12 @@ def _preemption_watch(enabled):
     return
   flag = threading.Event()
   previous = signal.signal(signal.SIGTERM, lambda signum, frame: flag.set())
+
+  def preempted(s):
+    return flag.is_set()
+
+  preempted.early = flag.is_set  # a single process may stop before its first step
   try:
-    yield lambda s: flag.is_set()
+    yield preempted
   finally:
     signal.signal(signal.SIGTERM, previous)

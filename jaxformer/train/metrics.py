@@ -180,10 +180,10 @@ class Writer:
       return
     root = epath.Path(workdir)
     self._path = root / METRICS_FILE
-    lines = _lines_until(self._path, resume_step)
+    lines = _lines_until(self._path, resume_step, stream or sys.stderr)
     if files.is_local(workdir):
       if resume_step is not None:
-        self._path.write_text("".join(lines))
+        _replace(self._path, "".join(lines))
       self._file = self._path.open("a")
     else:
       self._lines = lines
@@ -199,7 +199,7 @@ class Writer:
       self._file.flush()
     else:
       self._lines.append(line)
-      self._path.write_text("".join(self._lines))
+      _replace(self._path, "".join(self._lines))
     if self._tb is not None:
       for name, value in record.items():
         if name != "step" and isinstance(value, int | float):  # "nan" strings are skipped
@@ -264,12 +264,49 @@ def _json_value(value):
   return value
 
 
-def _lines_until(path, step):
-  """The lines of metrics.jsonl at `path` (an epath) up to `step` (all if None)."""
+def _replace(path, text):
+  """Writes `path` whole through a temporary file renamed over it: a crash mid-write leaves
+  the old file or the new one, never a half of either."""
+  tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+  tmp.write_text(text)
+  tmp.replace(path)
+
+
+def _step_of(line):
+  try:
+    record = json.loads(line)
+  except json.JSONDecodeError:
+    return None
+  step = record.get("step") if isinstance(record, dict) else None
+  return step if isinstance(step, int) else None
+
+
+def _lines_until(path, step, stream=None):
+  """The lines of metrics.jsonl at `path` (an epath) up to `step` (all if None).
+
+  A last line that does not parse (a write cut short by a crash) is dropped with a warning
+  on `stream` (stderr); a bad line before the last is an error naming the file and line."""
   if not path.exists():
     return []
   lines = [line + "\n" for line in path.read_text().splitlines() if line.strip()]
-  return [line for line in lines if step is None or json.loads(line)["step"] <= step]
+  steps = [_step_of(line) for line in lines]
+  if lines and steps[-1] is None:
+    print(
+      f"warning: {path}: its last line is not a complete record (a write cut short); "
+      f"dropped: {_clip(lines[-1].strip())}",
+      file=stream or sys.stderr,
+      flush=True,
+    )
+    lines, steps = lines[:-1], steps[:-1]
+  if None in steps:
+    raise ladder.ConfigError(
+      f"{path}: line {steps.index(None) + 1} is not a metrics record; fix or delete that line"
+    )
+  return [line for line, s in zip(lines, steps, strict=True) if step is None or s <= step]
+
+
+def _clip(text, limit=60):
+  return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_metrics(workdir):

@@ -7,6 +7,7 @@ models, and a repeat with the same key compiles nothing.
 """
 
 import dataclasses
+import os
 
 import flax.linen as nn
 import jax
@@ -44,7 +45,50 @@ def check_config(config):
     raise ladder.ConfigError(f"peak_flops_per_device={c.peak_flops_per_device!r}: must be > 0")
   if not isinstance(c.seed, int) or not 0 <= c.seed < 2**32:
     raise ladder.ConfigError(f"seed={c.seed!r}: must be an integer in [0, 2**32)")
-  data.parse_spec(c.task)  # DataError naming the task field
+  name, params = data.parse_spec(c.task)  # DataError naming the task field
+  seq_len = params.get("seq_len")
+  if seq_len is not None and c.model.max_len is not None and seq_len > c.model.max_len:
+    # the same check as resolve(), before the data is prepared
+    raise ladder.ConfigError(
+      f"task seq_len={seq_len} > model.max_len={c.model.max_len}: raise model.max_len or "
+      "shorten the task (or leave model.max_len unset to take the task's)"
+    )
+  check_sizes(c, name, params)
+
+
+def memory_bytes():
+  """This machine's physical memory (bytes)."""
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_sizes(config, task_name, task_params, memory=None):
+  """ConfigError naming the field whose arrays alone would not fit in this machine's memory
+  (float32 bytes, a lower bound on what training allocates), before any of them is built:
+  a huge max_len, vocabulary or task otherwise ends in a MemoryError or an OOM kill."""
+  memory = memory or memory_bytes()
+  m = config.model
+  seq_len = task_params.get("seq_len") or 1
+  width = m.get("d_model") or 1
+  examples = (task_params.get("num_examples") or 0) + (task_params.get("num_test_examples") or 0)
+  positions = m.get("positions", "learned")
+  table = {"none": 0, "sinusoidal": 1}.get(positions, 3)  # learned: the table and Adam's two
+  asks = [
+    # (field, value, bytes, what)
+    (
+      "model.max_len",
+      m.max_len,
+      (m.max_len or 0) * width * 4 * table,
+      "a [max_len, d_model] table",
+    ),
+    ("model.vocab_size", m.vocab_size, (m.vocab_size or 0) * width * 4 * 3, "the embedding"),
+    (f"task {task_name}.seq_len", seq_len, examples * seq_len * 3 * 4, "the prepared examples"),
+  ]
+  for field, value, need, what in asks:
+    if need > memory:
+      raise ladder.ConfigError(
+        f"{field}={value}: {what} alone would take {need / 2**30:.3g} GiB, more than this "
+        f"machine's {memory / 2**30:.3g} GiB of memory"
+      )
 
 
 def resolve(config, dataset):

@@ -11,6 +11,7 @@ line); the bench suites' arguments are checked through `experiments.bench.run_su
 
 import concurrent.futures
 import os
+import shutil
 import sys
 
 import jax
@@ -179,6 +180,11 @@ def _command(entry, args, workdir, ctx):
       cmd.remove(f"--workdir={workdir}")
     elif arg.startswith("--config="):
       cmd[3] = arg
+    elif arg == f"--workdir={ctx['trained']}":
+      # each run gets its own copy: runs at the same time on one workdir refuse each other
+      copy = f"{workdir}-trained"
+      shutil.copytree(ctx["trained"], copy)
+      cmd[4] = f"--workdir={copy}"
     elif arg.startswith("--workdir="):
       cmd[4] = arg
     else:

@@ -70,6 +70,72 @@ def unsafe_calls(source, filename="<snippet>"):
   return found
 
 
+# Calls that import or run code named at run time. Each is allowed where it is audited: plug.py
+# loads a mixer spec the user named (a workdir's spec only with trust_code and its recorded
+# sha256, jaxformer/train/workdir.py); run_all.py imports experiments.NAME for a NAME checked
+# against its own table first.
+CODE_LOADERS = {
+  "import_module",
+  "__import__",
+  "exec_module",
+  "spec_from_file_location",
+  "module_from_spec",
+  "run_path",
+  "run_module",
+  "load_module",
+}
+ALLOWED_LOADERS = {
+  "jaxformer/mixers/plug.py": ["exec_module", "import_module", "module_from_spec"]
+  + ["spec_from_file_location"],
+  "experiments/run_all.py": ["import_module"],
+}
+
+
+def code_loading(source, filename="<snippet>"):
+  """Sorted names of the code-loading calls (CODE_LOADERS, any receiver) in `source`, and
+  `import runpy` / `importlib.machinery`, which exist only to run code."""
+  found = []
+  for node in ast.walk(ast.parse(source, filename)):
+    if isinstance(node, ast.Call):
+      name = _dotted(node.func).split(".")[-1] or getattr(node.func, "attr", "")
+      if name in CODE_LOADERS:
+        found.append(name)
+    elif isinstance(node, ast.Import | ast.ImportFrom):
+      names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+      found += [
+        n for n in names if n and (n.split(".")[0] == "runpy" or n == "importlib.machinery")
+      ]
+  return sorted(found)
+
+
+def test_code_is_loaded_only_where_audited():
+  got = {}
+  for f in _sources():
+    found = code_loading(f.read_text(), str(f))
+    if found:
+      got[str(f.relative_to(REPO))] = found
+  assert got == ALLOWED_LOADERS
+
+
+@pytest.mark.parametrize(
+  "snippet,found",
+  [
+    ("importlib.import_module(name)", ["import_module"]),
+    ("from importlib import import_module\nimport_module(name)", ["import_module"]),
+    ("__import__(name)", ["__import__"]),
+    ("s = importlib.util.spec_from_file_location(n, p)", ["spec_from_file_location"]),
+    ("spec.loader.exec_module(m)", ["exec_module"]),
+    ("importlib.util.module_from_spec(s)", ["module_from_spec"]),
+    ("import runpy", ["runpy"]),
+    ("runpy.run_path(p)", ["run_path"]),
+    ("importlib.util.find_spec(name)", []),
+    ("importlib.metadata.version(name)", []),
+  ],
+)
+def test_the_scan_catches_each_code_loader(snippet, found):
+  assert code_loading(snippet) == found
+
+
 def _sources():
   for root in ROOTS:
     yield from sorted(pathlib.Path(REPO, root).rglob("*.py"))

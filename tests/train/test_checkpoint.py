@@ -238,7 +238,16 @@ def _tamper_checksum(step_dir):
   meta = json.loads(path.read_text())
   entry = meta["manifest"]["['params']['w']"]
   entry["sum"] = f"{int(entry['sum'], 16) ^ 1:016x}"
+  meta["digest"] = checkpoint.digest(meta)  # consistent metadata: the arrays' sums must catch it
   path.write_text(json.dumps(meta))
+
+
+def _tamper_user_field(step_dir):
+  """The caller's extra (a data position) changed by one digit: the digest catches it."""
+  path = step_dir / "extra" / "metadata"
+  text = path.read_text()
+  assert '"pos": 20' in text
+  path.write_text(text.replace('"pos": 20', '"pos": 21'))
 
 
 DAMAGE = [
@@ -250,6 +259,7 @@ DAMAGE = [
   _delete_checksums,
   _garble_checksums,
   _tamper_checksum,
+  _tamper_user_field,
 ]
 
 
@@ -272,6 +282,39 @@ def test_damaged_newest_step_falls_back(damage, tmp_path, mesh222, caplog):
   assert ck.save(2, _state(7, mesh222))
   ck.wait()
   assert ck.restore_latest(_abstract(None))[0] == 2
+  ck.close()
+
+
+def test_caller_check_makes_a_step_unusable(tmp_path, mesh222, caplog):
+  """A step whose arrays and digest verify but that the caller's check refuses (its data
+  position disagrees with its state) is fallen back from like a damaged one."""
+  ck = _saved(tmp_path, mesh222)
+  seen = []
+
+  def check(step, state, extra):
+    seen.append((step, extra["data"]["pos"], int(state["step"])))
+    return "data position is off" if step == 2 else None
+
+  with caplog.at_level(logging.WARNING):
+    step, _, extra = ck.restore_latest(_abstract(None), check=check)
+  assert step == 1 and extra == {"data": {"pos": 10}}
+  assert seen == [(2, 20, 2), (1, 10, 1)]
+  lines = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+  assert len(lines) == 1 and "step 2" in lines[0] and "data position is off" in lines[0], lines
+  ck.close()
+
+
+def test_metadata_of_another_step_is_refused(tmp_path, mesh222, caplog):
+  """Step 1's metadata copied over step 2's (digest intact) does not restore as step 2."""
+  ck = _saved(tmp_path, mesh222, steps=(1, 2, 3))
+  ck.close()
+  root = tmp_path / "ckpt"
+  shutil.copyfile(root / "1" / "extra" / "metadata", root / "3" / "extra" / "metadata")
+  ck = Checkpointer(root)
+  with caplog.at_level(logging.WARNING):
+    assert ck.restore_latest(_abstract(None))[0] == 2
+  lines = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+  assert len(lines) == 1 and "not of its directory's step" in lines[0], lines
   ck.close()
 
 

@@ -100,3 +100,24 @@ def test_incompatible_workdir_is_named(data_dir, tmp_path):
   other = _config(data_dir, **{"model.d_model": 16})
   with pytest.raises(checkpoint.CheckpointError, match="incompatible config.*model.d_model"):
     loop.train(other, str(tmp_path))
+
+
+def test_resume_check_wants_data_position_state_step_and_directory_to_agree(data_dir):
+  """What the loop's check says of a verified checkpoint (None: resumable)."""
+  import jax.numpy as jnp
+
+  from jaxformer import data
+  from tests.train.train_helpers import TINY_TASK
+
+  loader = data.Loader(data.get_dataset(TINY_TASK, "train", data_dir), 16, seed=0)
+  position = {**loader.get_state(), "step": 6}
+  state = {"step": jnp.int32(6)}
+  check = loop._resume_problem
+  assert check(loader, 6, state, {"loader": position, "skipped_steps": 0}) is None
+  assert "data position 1, state step 6 and directory step 6 differ" in check(
+    loader, 6, state, {"loader": {**position, "step": 1}}
+  )
+  assert "directory step 9" in check(loader, 9, state, {"loader": position})
+  assert "no data position" in check(loader, 6, state, {})
+  assert "skipped_steps=7" in check(loader, 6, state, {"loader": position, "skipped_steps": 7})
+  assert "loader state seed=5" in check(loader, 6, state, {"loader": {**position, "seed": 5}})

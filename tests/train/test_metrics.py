@@ -155,3 +155,25 @@ def test_tty_progress_uses_a_bar():
   progress.close()
   text = out.getvalue()
   assert "3/10" in text and "loss=2" in text and "step 3: eval" in text
+
+
+def test_writer_on_resume_drops_a_cut_short_last_line_with_a_warning(tmp_path):
+  """A crash mid-write leaves half a record: the resume drops it (one warning), and the file
+  is rewritten through a rename, so no temporary file is left."""
+  path = tmp_path / metrics.METRICS_FILE
+  path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+  stream = io.StringIO()
+  w = metrics.Writer(str(tmp_path), resume_step=2, stream=stream)
+  w.write(3, {"loss": 1.0})
+  w.close()
+  assert [r["step"] for r in metrics.read_metrics(str(tmp_path))] == [1, 2, 3]
+  assert stream.getvalue().startswith(f"warning: {path}: its last line is not a complete record")
+  assert stream.getvalue().count("\n") == 1 + stream.getvalue().count("note:")
+  assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [metrics.METRICS_FILE]
+
+
+def test_a_bad_record_before_the_last_line_is_named(tmp_path):
+  path = tmp_path / metrics.METRICS_FILE
+  path.write_text('{"step": 1}\n[1, 2]\n{"step": 3}\n')
+  with pytest.raises(ladder.ConfigError, match=rf"{path}: line 2 is not a metrics record"):
+    metrics.Writer(str(tmp_path), resume_step=2)

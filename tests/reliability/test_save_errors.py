@@ -1,0 +1,31 @@
+"""A save that fails in the background (the disk is full) stops the run at the next step with
+one `error:` line naming the step whose save failed, exit 2, no Orbax traceback; the
+checkpoints already on disk stay intact and the rerun resumes from them.
+
+The full disk is JAXFORMER_FAULT_AT=nospace:9 (jaxformer/train/faults.py): from the save of
+step 9 on, no file of the process may grow past 16 KiB (RLIMIT_FSIZE), so the arrays' write
+fails with EFBIG as it would with ENOSPC, and the loop waits for that write to end, so the
+failure is there when step 10 runs.
+"""
+
+from tests.reliability import helpers as h
+
+FULL_AT = 9
+
+
+def test_a_failed_async_save_stops_the_run_at_the_next_step_naming_it(tmp_path):
+  data_dir, workdir, cache = str(tmp_path / "data"), tmp_path / "run", str(tmp_path / "c")
+  code, out, err = h.train(workdir, data_dir, cache_dir=cache, fault=f"nospace:{FULL_AT}")
+  assert code == 2, err[-3000:]
+  lines = err.strip().splitlines()
+  assert len(lines) == 2 and lines[0].startswith("fault injected: files limited"), err[-3000:]
+  assert lines[1].startswith(f"error: saving checkpoint step {FULL_AT} to "), lines
+  assert "File too large" in lines[1] and "(step 3, 6) are intact" in lines[1], lines
+  assert "completed" not in out
+  assert h.losses(workdir)[-1][0] <= FULL_AT + 1  # stopped at the step after the failure
+  assert h.complete_steps(workdir) == [3, 6]
+
+  code, out, err = h.train(workdir, data_dir, cache_dir=cache)
+  assert code == 0 and f"completed at step {h.STEPS}" in out, err[-3000:]
+  assert h.resumed_from(out) == 6 and "unusable" not in err
+  assert [s for s, _ in h.losses(workdir)] == list(range(1, h.STEPS + 1))
