@@ -93,7 +93,7 @@ def rows(size, results=RESULTS, registry=None):
   for name in run_all.EXPERIMENTS:
     entry = load(name, size, results)
     if entry is None:
-      out.append(f"| `{name}` | not run at this size | | | | | |")
+      out.append(f"| `{name}` | not run at this size | | | | | | |")
       continue
     d = entry.get("design") or {}
     versions = registry.get(name, {})
