@@ -41,8 +41,8 @@ tanh scores are mostly a sum (share <= WEAK).
   python -m experiments.interaction --size full --workdir runs/interaction_full
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
-quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3 seeds at lr 3e-3.
-full: the same, up to 1,500 steps, 3 seeds x lr {3e-3, 1e-2}. accel:
+quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3+1 seeds at lr 3e-3.
+full: the same, up to 1,500 steps, 5+2 seeds x lr {3e-3, 1e-2}. accel:
 MQAR V=256 L=128 K=16, D=128.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -53,7 +53,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, symmetry
 from experiments.symmetry import eval_inputs
 from jaxformer.analysis import receivers
 
@@ -78,6 +78,65 @@ INFORMED = 0.8  # control: additive's raw accuracy >= this x chance
 CHECK_TOLERANCE = 1e-5  # additive: share and receiver dependence are 0 up to this
 GRID_RANGE = 3.0  # the contour grid spans [-GRID_RANGE, GRID_RANGE]^2
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 2  # v2: the 4-point grid at full; the shares read as trained minus untrained
+SPECS = (
+  protocol.Spec(
+    "additive_learns_where_answers_come_from",
+    f"additive's raw accuracy >= {INFORMED} x chance, every seed",
+    threshold=INFORMED,
+    reads=("additive",),
+    control=True,
+  ),
+  protocol.Spec(
+    "pure_recalls",
+    f"bilinear and lowrank adjusted >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=PURE,
+  ),
+  protocol.Spec(
+    "additive_fails",
+    f"additive adjusted <= {FAILS}, every seed",
+    threshold=FAILS,
+    reads=("additive",),
+  ),
+  protocol.Spec(
+    "tanh_slower",
+    f"every tanh seed slower to validation accuracy {REACHES} than every pure-form seed, each "
+    "at its fastest learning rate",
+    threshold=REACHES,
+    reads=("tanh", *PURE),
+  ),
+  protocol.Spec(
+    "pure_share_strong",
+    f"bilinear and lowrank interaction share, trained minus untrained, >= {STRONG}",
+    threshold=STRONG,
+    reads=PURE,
+    at_init=True,
+  ),
+  protocol.Spec(
+    "tanh_share_weak",
+    f"tanh interaction share, trained minus untrained, <= {WEAK}",
+    threshold=WEAK,
+    reads=("tanh",),
+    at_init=True,
+  ),
+)
+CHECKS = (
+  protocol.Spec(
+    "additive_is_source_only",
+    f"under the softmax over the sources an additive scorer gives source-only weights: the "
+    f"trained additive model's interaction share and receiver dependence are 0 (<= "
+    f"{CHECK_TOLERANCE:g}), asserted by measure()",
+    tag="architectural",
+    test="experiments/interaction.py::measure",
+  ),
+)
+# The additive scorer, read by the recall criterion: it must be rejected.
+FALSIFICATION = (
+  protocol.Falsification("additive", "pure_recalls", "g(x_i) + h(x_L): source-only weights"),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -86,11 +145,12 @@ def get_config(size="quick"):
   c.num_kv_pairs = 4  # K pairs per example, each queried once
   c.d_model = 64  # D, and the rank K of tanh and lowrank (bilinear's is D)
   c.num_layers = 2
-  c.seeds = (0, 1, 2)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 600  # the same budget for every model; early stop at early_stop_accuracy
+  c.step_cap = 600  # quick: no growth; full: x2
   c.warmup_steps = 50
   c.eval_every = 50  # also the resolution of steps-to-0.9
   c.early_stop_accuracy = 0.99
@@ -101,16 +161,19 @@ def get_config(size="quick"):
   c.grid_points = 121  # per axis of the contour grid
   if size == "tiny":
     c.d_model, c.seq_len, c.num_kv_pairs, c.vocab_size = 8, 8, 2, 16
-    c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
+    c.learning_rates = (3e-3, 1e-2)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
     c.num_examples, c.num_test_examples, c.probe_batch, c.grid_points = 64, 32, 8, 21
   elif size == "full":
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every, c.warmup_steps = 1500, 50, 100
+    # the speed reading takes each model's fastest rate: over Zoology's four, not two
+    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.lr_cap = (1e-5, 3e-2)
+    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1500, 50, 100, 3000
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.step_cap = 16_000
     c.num_examples, c.num_test_examples, c.probe_batch = 100_000, 1024, 128
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -151,7 +214,9 @@ def probe(model, params, tokens_BL):
 
 def measure(config, trained, workdir):
   tokens = eval_inputs(harness.mqar_task(config), config.probe_batch)
-  metrics = {k: {} for k in ("share", "share_by_layer", "dependence", "steps_to")}
+  metrics = {
+    k: {} for k in ("share", "share_untrained", "share_by_layer", "dependence", "steps_to")
+  }
   curves = {}
   for name in INTERACTIONS:
     arm = trained.get(name, "mqar")
@@ -162,6 +227,10 @@ def measure(config, trained, workdir):
       metrics["share_by_layer"].setdefault(name, []).append(per_layer)
       dependence.append(receiver_tv)
     metrics["share"][name], metrics["dependence"][name] = shares, dependence
+    initial = symmetry.initial_params(model, trained.seeds_in_view(), tokens)
+    metrics["share_untrained"][name] = [
+      float(np.mean(list(probe(model, params, tokens)[0].values()))) for params in initial
+    ]
     metrics["steps_to"][name] = arm.fastest_steps_to(REACHES)
     curves[name] = [[(s, va) for s, _, va, _, _ in r.evals] for r in arm.selected_runs()]
   check = max(metrics["share"]["additive"] + metrics["dependence"]["additive"])
@@ -187,6 +256,7 @@ def _table(metrics):
       "scalar analogue": ANALOGUE[name],
       "its surface's share beyond a sum": metrics["surface_share"][ANALOGUE[name]],
       "trained share (mean over seeds)": protocol.mean(metrics["share"][name]),
+      "untrained share": protocol.mean(metrics["share_untrained"][name]),
       "per seed": [round(v, 3) for v in metrics["share"][name]],
       "receiver TV": protocol.mean(metrics["dependence"][name]),
       f"steps to {REACHES} per seed (fastest rate)": metrics["steps_to"][name],
@@ -245,25 +315,22 @@ def controls(metrics, config):
       f"additive learns where answers come from: raw accuracy >= {INFORMED} x chance ({floor:.3g})",
       metrics["accuracy"]["additive"]["mqar"],
       lambda a: a >= floor,
+      name="additive_learns_where_answers_come_from",
+      reads=[("additive", "mqar")],
     )
   ]
 
 
 def criteria(metrics, config):
   adjusted, share, steps = metrics["adjusted"], metrics["share"], metrics["steps_to"]
-  out = [
-    report.every_seed(
-      f"{name} recalls: adjusted accuracy >= {RECALLS}",
-      adjusted[name]["mqar"],
-      lambda a: a >= RECALLS,
-    )
-    for name in PURE
-  ]
+  out = [_recalls(metrics, name) for name in PURE]
   out.append(
     report.every_seed(
       f"the additive form fails: adjusted accuracy <= {FAILS}",
       adjusted["additive"]["mqar"],
       lambda a: a <= FAILS,
+      name="additive_fails",
+      reads=[("additive", "mqar")],
     )
   )
   fastest_tanh = _fastest(steps["tanh"])
@@ -275,24 +342,51 @@ def criteria(metrics, config):
       fastest_tanh > slowest_pure,
       {f"steps_{name}": steps[name] for name in ("tanh", *PURE)},
       "every seed pair",
+      name="tanh_slower",
+      reads=[(n, "mqar") for n in ("tanh", *PURE)],
     )
   )
+  untrained = metrics["share_untrained"]
   out += [
-    report.every_seed(
-      f"trained {name} scores are mostly interaction: share beyond a sum >= {STRONG}",
+    report.trained_minus_untrained(
+      f"training makes {name}'s scores interaction: share beyond a sum, trained minus "
+      f"untrained (same networks, same seeds), >= {STRONG}",
       share[name],
-      lambda s: s >= STRONG,
+      untrained[name],
+      STRONG,
+      name="pure_share_strong",
+      reads=[(name, "mqar")],
     )
     for name in PURE
   ]
   out.append(
-    report.every_seed(
-      f"trained tanh scores are mostly a sum: share beyond a sum <= {WEAK}",
+    report.trained_minus_untrained(
+      f"training leaves tanh's scores mostly a sum: share beyond a sum, trained minus "
+      f"untrained, <= {WEAK}",
       share["tanh"],
-      lambda s: s <= WEAK,
+      untrained["tanh"],
+      WEAK,
+      above=False,
+      name="tanh_share_weak",
+      reads=[("tanh", "mqar")],
     )
   )
   return out
+
+
+def _recalls(metrics, name):
+  return report.every_seed(
+    f"{name} recalls: adjusted accuracy >= {RECALLS}",
+    metrics["adjusted"][name]["mqar"],
+    lambda a: a >= RECALLS,
+    name="pure_recalls",
+    reads=[(name, "mqar")],
+  )
+
+
+def falsification(metrics, config):
+  """The additive scorer, read by the recall criterion: it must be rejected."""
+  return [_recalls(metrics, "additive")]
 
 
 def _plot_contours(surfaces, share, x1, x3, workdir):

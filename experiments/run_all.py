@@ -1,19 +1,23 @@
 """The main job: every design-pressure experiment, one report.
 
   python -m experiments.run_all --workdir runs/ladder              # `make run`: size quick
-  python -m experiments.run_all --size full --workdir runs/full    # the full grids (~67 min)
+  python -m experiments.run_all --size full --workdir runs/full    # the full grids
   python -m experiments.run_all --only fixed_memory,cache --size tiny
   python -m experiments.fixed_memory --workdir runs/fixed_memory   # one experiment alone
 
-Sizes: tiny (the tests: seconds), quick (`make run`: all of them within 10 minutes on 2 CPU
-cores, at least 3 seeds per trained comparison), full (the capacity grids and the full
-learning-rate grid: budget 90 minutes on 2 CPU cores, measured 66 min 29 s in
-docs/experiments.md), accel (one GPU or TPU host).
+Sizes: tiny (the tests: seconds), quick (`make run`: budget 10 minutes on 2 CPU cores for
+all of them; 3 confirmatory + 1 exploratory seeds per trained arm, one learning rate, no
+budget growth, so a model still learning is UNRESOLVED), full (the capacity grids, 5 + 2
+seeds, the full learning-rate grid, budgets growing to their caps: 30 minutes per experiment
+on 2 CPU cores), accel (one GPU or TPU host).
 
 Writes <workdir>/report.md, <workdir>/results.json and the plots beside them, rewritten after
-each experiment. An experiment that crashes is reported as FAIL with its error and the others
-still run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same
-verdicts (up to timing measurements, which the report marks as such).
+each experiment. Verdicts: SUPPORTED, REFUTED, UNRESOLVED (e.g. a model still learning at its
+step cap: an honest verdict at quick), INCONCLUSIVE (a control failed, or the falsification arm
+was accepted); the summary prints each experiment's plateau count and what its verdict rests
+on. An experiment that crashes is reported as UNRESOLVED with its error and the others still
+run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same verdicts (up
+to timing measurements, which the report marks as such).
 """
 
 import argparse
@@ -43,7 +47,7 @@ SIZES = protocol.SIZES
 
 
 def run_one(module, size, workdir):
-  """Runs one experiment module; a crash becomes a FAIL result that names the error."""
+  """Runs one experiment module; a crash becomes an UNRESOLVED result that names the error."""
   start = time.time()
   try:
     config = module.get_config(size)
@@ -54,13 +58,37 @@ def run_one(module, size, workdir):
       experiment=module.NAME,
       claim=module.CLAIM,
       setup=f"size={size}",
-      criteria=[report.Criterion(f"ran to completion (crashed: {type(e).__name__}: {e})", False)],
+      criteria=[
+        report.Criterion(
+          f"ran to completion (crashed: {type(e).__name__}: {e})", verdict=report.UNRESOLVED
+        )
+      ],
       metrics={"error": f"{type(e).__name__}: {e}"},
       crashed=True,
     )
   result.seconds = time.time() - start
   result.size = size
   return result
+
+
+def plateau_line(result):
+  """'plateau 11/12 replicas (still learning: m @ s seeds 0, 2)': the replicas at their arms'
+  selected points that finished learning, and which did not."""
+  done, total, learning = 0, 0, []
+  for row in result.plateau:
+    seeds = [
+      s.split(":") for part in (row["exploratory"], row["confirmatory"]) for s in part.split()
+    ]
+    total += len(seeds)
+    done += sum(status in protocol.FINISHED for _, status in seeds)
+    still = [seed for seed, status in seeds if status not in protocol.FINISHED]
+    if still:
+      learning.append(f"{row['model']} @ {row['setting']} seeds {', '.join(still)}")
+  if not total:
+    return "(nothing trained)"
+  return f"plateau {done}/{total} replicas" + (
+    f" (still learning: {'; '.join(learning)})" if learning else ""
+  )
 
 
 def _parser(single):
@@ -95,12 +123,8 @@ def main(argv=None, single=None):
   path = report.write(results, args.workdir)
   print(f"\n{report.tally(results)} in {sum(r.seconds for r in results):.0f} s")
   for r in results:
-    failing = r.controls if r.verdict == "INCONCLUSIVE" else r.criteria
-    failed = [c.description for c in failing if not c.passed]
-    what = "control failed" if r.verdict == "INCONCLUSIVE" else "failed"
-    print(
-      f"  {r.experiment:16s} {r.verdict}" + (f"  ({what}: {'; '.join(failed)})" if failed else "")
-    )
+    why = r.why()
+    print(f"  {r.experiment:16s} {r.verdict:12s} {plateau_line(r)}" + (f"  ({why})" if why else ""))
   print(f"report: {path}")
   return 1 if any(r.crashed for r in results) else 0
 
