@@ -211,7 +211,7 @@ def slope(pairs, states):
   return float(np.polyfit(x, y, 1)[0])
 
 
-def needed_states(law, state_of, seeds=None):
+def needed_states(law, state_of, seeds=None, censored=False):
   """{K: state floats of the smallest reaching knob} over the K where one was found.
 
   With `seeds` (indices into each point's per-seed list) the rule is applied to those seeds
@@ -229,6 +229,8 @@ def needed_states(law, state_of, seeds=None):
       knob = hits[0] if hits else (above[0] if above else None)
     if knob is not None:
       out[k] = state_of(knob, k)
+    elif censored:  # more than the largest state: above every state of the grid
+      out[k] = math.inf
   return out
 
 
@@ -260,6 +262,22 @@ def fit(law, state_of, level=0.95, draws=BOOTSTRAP, seed=0):
   }
 
 
+def growth_share(law, state_of, draws=BOOTSTRAP, seed=0):
+  """The share of seed resamples in which the needed state at the largest K tried exceeds
+  the one at the smallest K (a K where no state reaches counts as above every state: the
+  saturated K is censored, not dropped). NaN with fewer than 2 K tried."""
+  if len(law.tried) < 2:
+    return math.nan
+  num_seeds = min(len(v) for v in law.points.values())
+  rng = np.random.default_rng(seed)
+  grows = 0
+  for _ in range(draws):
+    need = needed_states(law, state_of, rng.integers(0, num_seeds, num_seeds), censored=True)
+    first, last = need.get(law.tried[0], math.inf), need.get(law.tried[-1], math.inf)
+    grows += bool(last > first)
+  return grows / draws
+
+
 def summary(law, state_of):
   """What results.json keeps of one law: every trained point, the answers, the fit."""
   return {
@@ -277,6 +295,7 @@ def summary(law, state_of):
       for (kn, k), v in sorted(law.points.items(), key=lambda p: (p[0][1], p[0][0]))
     ],
     "fit": fit(law, state_of),
+    "growth_share": growth_share(law, state_of),
   }
 
 
@@ -328,3 +347,328 @@ def plot(ax, laws, vocab_size, pairs):
   ax.set_xlabel("pairs K")
   ax.set_ylabel(f"smallest decode state reaching {REACHES} adjusted (floats)")
   ax.legend(fontsize="x-small")
+
+
+# --- the law as an experiment's part: arms, readings, criteria -------------------------------
+#
+# An experiment holds its capacity design as a ConfigDict `law` (see `default_law`) and calls
+# `arms(law)`, `states(law)` (in measure, into metrics["state_floats"]), `readings(metrics,
+# law)`, `controls`, `criteria`, `falsification`, `section`: fixed_memory and beyond judge
+# the same law through the same functions.
+
+LEFT_DESIGN = "left the design"  # the walk needed a point the design does not train
+
+
+def default_law():
+  """The capacity design's fields (every size overrides what it sizes)."""
+  import ml_collections
+
+  c = ml_collections.ConfigDict()
+  c.vocab_size = 32  # V: keys in [1, V/2), values in [V/2, V): K <= V/2 - 1
+  c.seq_len = 32  # L, one for every K (arms of one model share a compiled program): L >= 4K
+  c.width = 16  # D of the shell every fixed-state model sits in
+  c.num_layers = 2
+  c.pairs = (2, 4, 8)  # the K grid, ascending
+  # family -> its knob grid (ascending): the state's size
+  c.knobs = {"lstm": (8, 32), "linear_attention": (4, 16)}
+  # family -> ((knob, K), ...): the points trained; a family not named trains its whole grid
+  c.points = {}
+  c.claimed = ("lstm", "linear_attention")  # fixed-state families the growth claim reads
+  c.reported = ()  # families whose law is reported beside, not judged (e.g. elman)
+  c.attention = ("attention", 16)  # (family, knob): attention from a small width
+  c.falsification = ("linear_attention", 2)  # (family, knob) the attention criterion rejects
+  c.num_examples = 20_000
+  c.num_test_examples = 512
+  c.data_seed = 0
+  # the law's own training fields (protocol.SCHEDULE) and learning-rate grid when it runs
+  # inside another experiment's config (beyond); empty / None: the experiment's own
+  c.schedule = {}
+  c.learning_rates = None
+  return c
+
+
+ATTENTION_ARM = "attention"  # model names of the two arms read at every K
+FALSIFICATION_ARM = "falsification"
+
+
+def setting(law, family, knob, pairs):
+  fam = FAMILIES[family]
+  return f"{fam.knob}={knob} K={pairs} L={law.seq_len}"
+
+
+def task(law, pairs):
+  if not 1 <= pairs <= law.vocab_size // 2 - 1 or law.seq_len < 4 * pairs:
+    raise ValueError(
+      f"pairs={pairs}: MQAR needs 1 <= K <= vocab_size // 2 - 1 = {law.vocab_size // 2 - 1} "
+      f"and seq_len >= 4 K (seq_len={law.seq_len})"
+    )
+  return (
+    f"mqar:vocab_size={law.vocab_size},seq_len={law.seq_len},num_kv_pairs={pairs},"
+    f"num_examples={law.num_examples},num_test_examples={law.num_test_examples},"
+    f"seed={law.data_seed}"
+  )
+
+
+def trained_points(law, family):
+  """The (knob, K) points the design trains for `family`."""
+  if family in law.points:
+    return [tuple(p) for p in law.points[family]]
+  return [(knob, k) for k in law.pairs for knob in law.knobs[family]]
+
+
+def arms(law):
+  """protocol.Arm per trained point: model = family (or ATTENTION_ARM / FALSIFICATION_ARM
+  for the two arms read at every K), setting = setting(law, family, knob, K)."""
+  from experiments import protocol
+
+  def arm(model, family, knob, k):
+    fields = model_fields(family, knob, law.width, law.vocab_size, law.seq_len, law.num_layers)
+    return protocol.Arm(
+      model,
+      setting(law, family, knob, k),
+      "custom",
+      task(law, k),
+      fields,
+      train=dict(law.schedule),
+      learning_rates=tuple(law.learning_rates) if law.learning_rates else None,
+    )
+
+  out = []
+  for family in (*law.claimed, *law.reported):
+    out += [arm(family, family, knob, k) for knob, k in trained_points(law, family)]
+  for model, (family, knob) in (
+    (ATTENTION_ARM, law.attention),
+    (FALSIFICATION_ARM, law.falsification),
+  ):
+    out += [arm(model, family, knob, k) for k in law.pairs]
+  return out
+
+
+def states(law):
+  """{family: {knob: state floats}} counted from each model's real cache at L = seq_len
+  (every knob of every family, the attention and falsification arms included)."""
+  out = {}
+  named = dict(law.knobs)
+  for family, knob in (law.attention, law.falsification):
+    named[family] = tuple(sorted({*named.get(family, ()), knob}))
+  for family, knobs in named.items():
+    fields = lambda knob, f=family: model_fields(  # noqa: E731
+      f, knob, law.width, law.vocab_size, law.seq_len, law.num_layers
+    )
+    out[family] = {str(knob): state_floats(build(fields(knob)), law.seq_len) for knob in knobs}
+  return out
+
+
+def law_of(metrics, law, family):
+  """The walk over the trained points of `family` (status LEFT_DESIGN when it needed one the
+  design does not train)."""
+  adjusted = metrics["adjusted"].get(family, {})
+
+  class Missing(Exception):
+    pass
+
+  def evaluate(knob, k):
+    key = setting(law, family, knob, k)
+    if key not in adjusted:
+      raise Missing(key)
+    return adjusted[key]
+
+  try:
+    return search(law.knobs[family], law.pairs, evaluate)
+  except Missing as e:
+    out = Law(tuple(law.knobs[family]), tuple(law.pairs), status=LEFT_DESIGN)
+    out.points = {"missing": str(e)}
+    return out
+
+
+def readings(metrics, law):
+  """{family: summary(...)} for every claimed and reported family (status LEFT_DESIGN: only
+  the status and the missing point)."""
+  out = {}
+  for family in (*law.claimed, *law.reported):
+    found = law_of(metrics, law, family)
+    if found.status == LEFT_DESIGN:
+      out[family] = {"status": LEFT_DESIGN, "missing": found.points["missing"]}
+      continue
+    floats = metrics["state_floats"][family]
+    out[family] = summary(found, lambda knob, k, f=floats: f[str(knob)])
+  return out
+
+
+def reads_of(law, family):
+  """The (model, setting) arms a family's criterion reads (their plateau decides it)."""
+  return tuple((family, setting(law, family, kn, k)) for kn, k in trained_points(law, family))
+
+
+GROWTH_SHARE = 0.975  # growth shown: in this share of seed resamples (a one-sided 97.5%)
+
+
+def _verdict_of_growth(reading):
+  """(verdict, note) of a family's growth claim from its reading.
+
+  A saturated grid shows growth by itself once a smaller state reached the smallest K: the
+  need at the saturating K lies above the largest state. The seeds must agree on it: the
+  need at the largest K tried exceeds the need at the smallest in GROWTH_SHARE of seed
+  resamples (SUPPORTED), in at most 1 - GROWTH_SHARE (REFUTED), else UNRESOLVED."""
+  from experiments import report
+
+  status = reading["status"]
+  if status == LEFT_DESIGN:
+    return (
+      report.UNRESOLVED,
+      f"the walk needed {reading['missing']}, which the design does not train",
+    )
+  if status == NOT_LEARNING:
+    return report.UNRESOLVED, "not learning: no state reached the smallest K"
+  if status == NOT_SATURATED:
+    last = reading["tried"][-1]
+    return report.UNRESOLVED, f"not saturated: the largest state reached {REACHES} up to K={last}"
+  share = reading["growth_share"]
+  if share >= GROWTH_SHARE:
+    return report.SUPPORTED, ""
+  if share <= 1 - GROWTH_SHARE:
+    return report.REFUTED, ""
+  return report.UNRESOLVED, f"the seeds disagree: growth in {share:.1%} of resamples"
+
+
+def growth(reading, law, family):
+  """The claim on a fixed-state family: the grid saturates it (the largest state fails at
+  some K) and its needed state grows with K over seed resamples (_verdict_of_growth); the
+  fitted log-log slope and its interval are reported beside. Not saturated: UNRESOLVED."""
+  from experiments import report
+
+  verdict, note = _verdict_of_growth(reading)
+  values = {"status": reading["status"]}
+  if "fit" in reading:
+    values |= {
+      "needed_state": reading["needed_state"],
+      "slope": reading["fit"]["slope"],
+      "slope_ci95": reading["fit"]["interval"],
+      "growth_share": reading["growth_share"],
+    }
+  return report.Criterion(
+    f"{family}: the largest state fails at some K, and the smallest decode state reaching "
+    f"{REACHES} adjusted is larger at the largest K tried than at the smallest",
+    None,
+    values,
+    f"smallest reaching state per K on the mean over seeds; growth in >= {GROWTH_SHARE:.1%} "
+    "of seed resamples",
+    verdict=verdict,
+    name=f"{family}_grows",
+    reads=reads_of(law, family),
+    note=note,
+  )
+
+
+def recalls_everywhere(metrics, law, model, family, knob, name):
+  """Every seed's lowest adjusted accuracy over the K grid >= REACHES (the attention
+  criterion; computed the same way on the falsification arm)."""
+  from experiments import report
+
+  keys = [setting(law, family, knob, k) for k in law.pairs]
+  per_k = [metrics["adjusted"][model][key] for key in keys]
+  return report.every_seed(
+    f"{model} ({family}, {FAMILIES[family].knob}={knob}) reaches {REACHES} adjusted at every "
+    f"K in {list(law.pairs)} (per seed: its lowest)",
+    [min(v) for v in zip(*per_k, strict=True)],
+    lambda a: a >= REACHES,
+    name=name,
+    reads=tuple((model, key) for key in keys),
+  )
+
+
+def controls(metrics, law):
+  """Each claimed family learns where its state is large: its best trained state at the
+  smallest K reaches REACHES adjusted (mean over seeds). Else the verdict is INCONCLUSIVE."""
+  from experiments import report
+
+  k0, out = law.pairs[0], []
+  for family in law.claimed:
+    adjusted = metrics["adjusted"].get(family, {})
+    trained = [kn for kn, k in trained_points(law, family) if k == k0]
+    keys = [
+      setting(law, family, kn, k0) for kn in trained if setting(law, family, kn, k0) in adjusted
+    ]
+    means = {key: float(np.mean(adjusted[key])) for key in keys}
+    best = max(means, key=means.get) if means else None
+    if best is None:
+      verdict = report.UNRESOLVED
+    else:
+      verdict = report.SUPPORTED if reaches(adjusted[best]) else report.REFUTED
+    out.append(
+      report.Criterion(
+        f"{family} learns the smallest K={k0}: its best trained state reaches {REACHES} "
+        "adjusted (mean over seeds)",
+        None,
+        {"best": best, "mean": means.get(best, math.nan), "per_seed": adjusted.get(best, [])},
+        "mean over seeds",
+        verdict=verdict,
+        name=f"{family}_learns",
+        reads=tuple((family, key) for key in keys),
+        note="" if best else f"no point at K={k0} trained",
+      )
+    )
+  return out
+
+
+def criteria(metrics, law):
+  """Each claimed family's growth, then attention from a small width at every K."""
+  found = readings(metrics, law)
+  family, knob = law.attention
+  return [growth(found[f], law, f) for f in law.claimed] + [
+    recalls_everywhere(metrics, law, ATTENTION_ARM, family, knob, "attention_recalls")
+  ]
+
+
+def falsification(metrics, law):
+  """The attention criterion computed on the falsification arm: it must be REFUTED."""
+  family, knob = law.falsification
+  return [recalls_everywhere(metrics, law, FALSIFICATION_ARM, family, knob, "attention_recalls")]
+
+
+def uniform(rows):
+  """Rows with every key of any row, in first-seen order ("" where a row has none): a
+  Markdown table takes its columns from its first row."""
+  keys = list(dict.fromkeys(k for row in rows for k in row))
+  return [{k: row.get(k, "") for k in keys} for row in rows]
+
+
+def section(metrics, law, workdir, name):
+  """(readings, table rows, plot file): the law's part of a report."""
+  found = readings(metrics, law)
+  rows = table({f: r for f, r in found.items() if "fit" in r})
+  rows += [
+    {"model": f, "status": r["status"], "missing": r["missing"]}
+    for f, r in found.items()
+    if "fit" not in r
+  ]
+  for model, (family, knob) in (
+    (ATTENTION_ARM, law.attention),
+    (FALSIFICATION_ARM, law.falsification),
+  ):
+    row = {"model": f"{model} ({FAMILIES[family].knob}={knob})"}
+    row["state"] = metrics["state_floats"][family][str(knob)]
+    for k in law.pairs:
+      row[f"adjusted (K={k})"] = float(
+        np.mean(metrics["adjusted"][model][setting(law, family, knob, k)])
+      )
+    rows.append(row)
+  rows = uniform(rows)
+  from experiments import harness
+
+  fig = harness.figure(width=6.5, height=4.5)
+  ax = fig.add_subplot(1, 1, 1)
+  plot(ax, {f: r for f, r in found.items() if "fit" in r}, law.vocab_size, law.pairs)
+  for model, (family, knob), marker in (
+    (ATTENTION_ARM, law.attention, "s"),
+    (FALSIFICATION_ARM, law.falsification, "x"),
+  ):
+    state = metrics["state_floats"][family][str(knob)]
+    hit = [
+      k for k in law.pairs if reaches(metrics["adjusted"][model][setting(law, family, knob, k)])
+    ]
+    ax.scatter(hit, [state] * len(hit), marker=marker, color="black",
+               label=f"{model} ({FAMILIES[family].knob}={knob}): K it reaches")  # fmt: skip
+  ax.legend(fontsize="x-small")
+  ax.set_title(f"MQAR V={law.vocab_size} L={law.seq_len}, shell D={law.width}")
+  return found, rows, harness.save(fig, workdir, f"{name}_capacity_law.png")
