@@ -1,43 +1,84 @@
-"""The sweep protocol: how every trained comparison of the experiments is made and judged.
+"""The protocol: how every trained comparison of the experiments is registered, run and judged.
 
 An experiment module declares what it compares and what would prove the claim wrong:
 
   NAME, CLAIM
   get_config(size)                 sizes: tiny (tests), quick (`make run`), full, accel; it
-                                   holds `seeds`, `learning_rates`, `weight_decays`, the
-                                   schedule (batch_size, total_steps, eval_every, ...)
+                                   holds `exploratory_seeds` and `confirmatory_seeds`
+                                   (disjoint), `learning_rates`, `weight_decays`, the
+                                   schedule (batch_size, total_steps, eval_every, ...), and
+                                   the budget rule's `step_cap`, `lr_cap`
   arms(config)                     [Arm(model, setting, rung, task, fields)]: what to train
   measure(config, trained, workdir) -> Section   (optional) probes of the trained models,
                                    measurements that need no training, tables, plots
   controls(metrics, config)        [Criterion] (optional): the comparison is fair; if one
                                    fails the verdict is INCONCLUSIVE
   criteria(metrics, config)        [Criterion]: the claim
+  falsification(metrics, config)   [Criterion] (optional): the claim's criteria computed on
+                                   the falsification arm; it must be REFUTED
 
-and `run(module, config, workdir)` does the rest, the same way for every experiment:
+and registers its design (pre-registration, docs/experiments.md "Design log"):
 
-1. each arm trains as one sweep, seeds x learning rates x weight decays, in one compiled
-   program (jaxformer.train.sweep): every replica has its own init, data order and
-   hyperparameters; arms with the same shapes reuse the compiled program;
-2. per arm, the learning rate (and weight decay) with the best mean accuracy over seeds on the
-   validation half of the held-out split is selected; a hyperparameter point where any seed
-   diverged is not eligible (diverged replicas are reported, never averaged in);
-3. at the selected point, each seed's accuracy on the eval half (never used for selection) is
-   reported raw and chance-adjusted, (acc - chance) / (1 - chance), with the task's chance
-   level stated;
-4. the criteria are computed from those per-seed numbers, each with its rule over seeds
-   (experiments/report.py: `every_seed`, `mean_above`, `mean_below`);
-5. `results.json` records every replica, so every number in the report can be recomputed.
+  VERSION = 1                      bumped with every change of the design's content
+  SPECS = (Spec("recalls", "residual deep stack adjusted >= 0.9", threshold=RECALLS,
+                reads=("residual",)), ...)        every criterion and control, by name
+  CHECKS = (Spec("fold", "...", tag="architectural", test="tests/...::test_x"), ...)
+  FALSIFICATION = (Falsification("no_skip", "recalls", "a deep plain stack"),)
+
+`design(module, size)` freezes all of it into a `Design` (the config, the arms, the specs,
+the falsification arms, the plateau rule) with a content hash; results/designs.json registers
+each experiment's version with its hash per size, and tests/experiments/test_designs.py fails
+when a design's content changes and its version does not (`python -m experiments.designs
+--register` records a new version; it refuses to rewrite a registered one).
+
+`run(module, config, workdir)` does the rest, the same way for every experiment:
+
+1. each arm trains as one sweep, (exploratory + confirmatory seeds) x learning rates x weight
+   decays, in one compiled program (jaxformer.train.sweep); arms with the same shapes reuse
+   the compiled program;
+2. per arm, the point with the best mean validation accuracy over the EXPLORATORY seeds is
+   selected (the confirmatory seeds never inform a decision); a point where any seed
+   diverged is not eligible. When the selected rate is at an edge of a grid of >= 2 rates,
+   the grid extends by one log step past it (each extension recorded), until the selected
+   rate is interior or the next rate would pass `lr_cap`;
+3. plateau: a replica has finished learning when it reached its early-stop target, diverged,
+   or its best validation accuracy over the last `plateau_window` of its budget improved on
+   its best before by less than `plateau_tolerance`. While a replica at the selected point
+   has not, the arm's whole grid retrains at `plateau_growth` x the budget, up to
+   `step_cap`. A criterion that reads an arm that never plateaus is UNRESOLVED ("still
+   learning at N steps");
+4. the criteria are computed twice, from the confirmatory seeds (the verdict of record) and
+   from the exploratory seeds; a criterion on which they disagree is UNRESOLVED. Each
+   criterion has a rule over seeds (experiments/report.py: `every_seed` (the seeds split:
+   UNRESOLVED), `mean_above` / `mean_below` / `paired_above` (bootstrap 95% interval of the
+   mean, paired by seed; straddling: UNRESOLVED), `equivalent` (both one-sided bounds inside
+   the margin), `trained_minus_untrained` (a criterion that may hold at init, read as the
+   change from init on the same networks and seeds; its Spec says `at_init=True`));
+5. the falsification readings: a falsification criterion that is SUPPORTED (the arm the
+   criterion must reject is accepted) makes the verdict INCONCLUSIVE ("the criterion cannot
+   tell"); a falsification arm only proposed (`Falsification(trained=False)`) is listed;
+6. the verdict at each learning rate of the grid (every arm read at that rate, confirmatory
+   seeds) goes into results.json, beside the design's hash, version and the commit;
+7. `results.json` records every replica (with its plateau status), so every number in the
+   report can be recomputed.
 
 The metrics handed to controls() and criteria() (and written to results.json):
   chance[setting], accuracy[model][setting] (per seed, eval half, selected point),
   adjusted[model][setting], val_accuracy[model][setting], eval_loss[model][setting],
   steps[model][setting], selected[model][setting] = {learning_rate, weight_decay},
-  diverged[model][setting] (replicas that went non-finite, all points)
-plus whatever measure() adds.
+  diverged[model][setting] (replicas that went non-finite, all points),
+  plateau[model][setting] (per seed: target / flat / diverged / learning),
+  budget[model][setting] (the arm's final step budget)
+plus whatever measure() adds. A module without VERSION runs the same protocol unregistered
+(no design hash; `seeds` are its confirmatory seeds, none exploratory).
 """
 
 import dataclasses
+import hashlib
+import json
 import math
+import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -52,19 +93,32 @@ SIZES = ("tiny", "quick", "full", "accel")
 # 3e-3 reached the same 0.99), and all 18 (1e-3, 3e-3) arms selected 3e-3, the grid's edge.
 # The accel size sweeps Zoology's four, logspace(1e-4, 1e-2).
 FULL_LEARNING_RATES = (3e-3, 1e-2)
+TAGS = ("empirical", "architectural", "identity")
+# Seeds of record the issue asks for: at least this many confirmatory seeds per size.
+MIN_CONFIRMATORY = {"tiny": 1, "quick": 3, "full": 5, "accel": 5}
+# The plateau and budget rule's defaults (a config may state its own; the design hashes the
+# values in force).
+PLATEAU_TOLERANCE = 0.02  # best validation accuracy gained over the window, below: flat
+PLATEAU_WINDOW = 0.5  # the last half of the budget
+PLATEAU_GROWTH = 2.0  # a budget that did not plateau retrains at 2x, up to step_cap
+# A grid extends past its edge up to the config's `lr_cap` (low, high); a config without one
+# does not extend (a test's tiny grid, an unregistered module).
 
 
 def set_sweep_defaults(c, total_steps):
-  """Sets the sweep and data fields most quick configs share on ConfigDict `c`: 3 seeds at
-  one learning rate, batch 32, MQAR-sized data, early stop at 0.99, `total_steps` a ceiling."""
+  """Sets the sweep and data fields most quick configs share on ConfigDict `c`: 3
+  confirmatory seeds and 1 exploratory seed at one learning rate, batch 32, MQAR-sized data,
+  early stop at 0.99, `total_steps` the first budget (the cap: `step_cap`)."""
   c.num_examples = 20_000
   c.num_test_examples = 512  # halves: validation (selection, early stop) and eval
   c.seed = 0  # generates the task's examples (the sweep's seeds vary init and order)
-  c.seeds = (0, 1, 2)
+  c.exploratory_seeds = (100,)
+  c.confirmatory_seeds = (0, 1, 2)
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = total_steps  # upper bound per arm; every replica stops at early_stop_accuracy
+  c.total_steps = total_steps  # the first budget; every replica stops at early_stop_accuracy
+  c.step_cap = total_steps
   c.warmup_steps = 50
   c.eval_every = 100
   c.early_stop_accuracy = 0.99
@@ -74,6 +128,230 @@ def set_sweep_defaults(c, total_steps):
 # Training fields an experiment config may set for every arm (the rest keep the defaults of
 # jaxformer/train/config.py); seed and learning rate come from the sweep.
 SCHEDULE = ("batch_size", "total_steps", "eval_every", "early_stop_accuracy", "warmup_steps")
+
+
+# --- the registered design ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """One registered criterion, control or check of an experiment.
+
+  name: how the computed report.Criterion names it (Criterion.name); statement: the claim
+  with its threshold; tag: empirical (measured on trained models: the verdict reads only
+  these), architectural (true by construction) or identity (algebra): the last two are
+  property tests (`test`: where), listed in the report as checks. reads: the models whose
+  arms it reads (their plateau gates it; a criterion's own `reads` names arms exactly).
+  at_init: it may already hold at initialisation, so it is read as trained minus untrained.
+  control: a fairness condition (failing: INCONCLUSIVE) rather than the claim."""
+
+  name: str
+  statement: str
+  tag: str = "empirical"
+  threshold: float | None = None
+  margin: float | None = None
+  reads: tuple = ()
+  at_init: bool = False
+  control: bool = False
+  test: str = ""
+
+  def __post_init__(self):
+    if self.tag not in TAGS:
+      raise ladder.ConfigError(f"Spec {self.name!r}: tag={self.tag!r}: expected one of {TAGS}")
+    if self.tag != "empirical" and not self.test:
+      raise ladder.ConfigError(f"Spec {self.name!r}: a {self.tag} check names its test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Falsification:
+  """A real trained arm, declared beside the claim, that criterion `criterion` (a Spec name)
+  must reject; module.falsification(metrics, config) computes that criterion on it, exactly
+  as for the claim's arms. trained=False: proposed in the design, not yet trained (listed)."""
+
+  arm: str
+  criterion: str
+  note: str = ""
+  trained: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+  """An experiment's frozen design at one size: everything that decides its verdict. `hash`
+  covers all of it but the version."""
+
+  experiment: str
+  version: int
+  size: str
+  exploratory_seeds: tuple
+  confirmatory_seeds: tuple
+  specs: tuple
+  checks: tuple
+  falsification: tuple
+  rule: tuple  # the plateau and budget rule, (name, value) pairs
+  config: str  # canonical JSON of get_config(size): grids, budgets, learning rates, ...
+  arms: str  # canonical JSON of arms(config)
+
+  def content(self):
+    return {
+      "experiment": self.experiment,
+      "size": self.size,
+      "exploratory_seeds": list(self.exploratory_seeds),
+      "confirmatory_seeds": list(self.confirmatory_seeds),
+      "specs": [_canonical(dataclasses.asdict(s)) for s in self.specs],
+      "checks": [_canonical(dataclasses.asdict(s)) for s in self.checks],
+      "falsification": [_canonical(dataclasses.asdict(f)) for f in self.falsification],
+      "rule": _canonical(dict(self.rule)),
+      "config": json.loads(self.config),
+      "arms": json.loads(self.arms),
+    }
+
+  @property
+  def hash(self):
+    text = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+  def spec(self, name):
+    for s in self.specs:
+      if s.name == name:
+        return s
+    raise ladder.ConfigError(
+      f"{self.experiment}: criterion name={name!r} is not registered in its design (SPECS)"
+    )
+
+  def record(self):
+    return {
+      "experiment": self.experiment,
+      "version": self.version,
+      "hash": self.hash,
+      "size": self.size,
+    }
+
+
+def _canonical(value):
+  """JSON-ready, with every tuple a list and every number a Python int or float."""
+  if isinstance(value, dict):
+    return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+  if isinstance(value, list | tuple):
+    return [_canonical(v) for v in value]
+  if hasattr(value, "to_dict"):
+    return _canonical(value.to_dict())
+  if isinstance(value, np.generic):
+    value = value.item()
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  return value
+
+
+def registered(module):
+  return hasattr(module, "VERSION")
+
+
+def seed_sets(config):
+  """(exploratory seeds, confirmatory seeds) of `config`; an unregistered config's `seeds`
+  are confirmatory, with none exploratory. Raises ConfigError naming the field."""
+  if "confirmatory_seeds" not in config:
+    return (), tuple(int(s) for s in config["seeds"])
+  explore = tuple(int(s) for s in config.get("exploratory_seeds", ()))
+  confirm = tuple(int(s) for s in config["confirmatory_seeds"])
+  if not confirm:
+    raise ladder.ConfigError("confirmatory_seeds: at least one seed is needed")
+  if set(explore) & set(confirm):
+    raise ladder.ConfigError(
+      f"exploratory_seeds={list(explore)}, confirmatory_seeds={list(confirm)}: must be "
+      f"disjoint (shared: {sorted(set(explore) & set(confirm))})"
+    )
+  if len(set(explore)) != len(explore) or len(set(confirm)) != len(confirm):
+    raise ladder.ConfigError("exploratory_seeds / confirmatory_seeds: a seed is repeated")
+  return explore, confirm
+
+
+def budget_rule(config):
+  """The plateau and budget rule in force for `config`, as a dict."""
+  rates = [float(lr) for lr in config.get("learning_rates", ())] or [math.nan]
+  lo, hi = config.get("lr_cap", None) or (min(rates), max(rates))
+  return {
+    "plateau_tolerance": float(config.get("plateau_tolerance", PLATEAU_TOLERANCE)),
+    "plateau_window": float(config.get("plateau_window", PLATEAU_WINDOW)),
+    "plateau_growth": float(config.get("plateau_growth", PLATEAU_GROWTH)),
+    "step_cap": int(config.get("step_cap", config.get("total_steps", 0))),
+    "lr_cap": [float(lo), float(hi)],
+  }
+
+
+def design(module, size):
+  """The frozen Design of a registered experiment module at `size`. Raises ConfigError
+  naming what is wrong: seeds not disjoint, too few confirmatory seeds for the size, a
+  duplicate or unknown name, a check tagged empirical, an untagged criterion."""
+  config = module.get_config(size)
+  explore, confirm = seed_sets(config)
+  least = MIN_CONFIRMATORY.get(size, 1)
+  if len(confirm) < least:
+    raise ladder.ConfigError(
+      f"{module.NAME} size={size}: confirmatory_seeds={list(confirm)}: at least {least}"
+    )
+  specs = tuple(getattr(module, "SPECS", ()))
+  checks = tuple(getattr(module, "CHECKS", ()))
+  falsification = tuple(getattr(module, "FALSIFICATION", ()))
+  names = [s.name for s in specs + checks]
+  if len(set(names)) != len(names):
+    raise ladder.ConfigError(f"{module.NAME}: SPECS / CHECKS: a name is repeated in {names}")
+  for s in specs:
+    if s.tag != "empirical":
+      raise ladder.ConfigError(
+        f"{module.NAME}: SPECS {s.name!r} is tagged {s.tag}: it belongs in CHECKS (a test)"
+      )
+  for s in checks:
+    if s.tag == "empirical":
+      raise ladder.ConfigError(f"{module.NAME}: CHECKS {s.name!r} must be architectural/identity")
+  for f in falsification:
+    if f.criterion not in names:
+      raise ladder.ConfigError(
+        f"{module.NAME}: FALSIFICATION arm {f.arm!r}: criterion={f.criterion!r} is not in SPECS"
+      )
+  arms = module.arms(config) if hasattr(module, "arms") else []
+  text = lambda v: json.dumps(_canonical(v), sort_keys=True, separators=(",", ":"))  # noqa: E731
+  return Design(
+    experiment=module.NAME,
+    version=int(module.VERSION),
+    size=size,
+    exploratory_seeds=explore,
+    confirmatory_seeds=confirm,
+    specs=specs,
+    checks=checks,
+    falsification=falsification,
+    rule=tuple(
+      sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in budget_rule(config).items())
+    ),
+    config=text(config.to_dict()),
+    arms=text([dataclasses.asdict(a) for a in arms]),
+  )
+
+
+def commit():
+  """The repository's commit (with '-dirty' when tracked files changed), or 'unknown'."""
+  try:
+    head = subprocess.run(
+      ["git", "rev-parse", "--short=12", "HEAD"],
+      cwd=harness.REPO_ROOT,
+      capture_output=True,
+      text=True,
+      timeout=10,
+      check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+      ["git", "status", "--porcelain", "--untracked-files=no"],
+      cwd=harness.REPO_ROOT,
+      capture_output=True,
+      text=True,
+      timeout=10,
+      check=True,
+    ).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
+  return head + ("-dirty" if dirty else "")
+
+
+# --- training: sweeps, selection, plateau, budgets -------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +365,7 @@ class Arm:
   fields: dict = dataclasses.field(default_factory=dict)  # model config overrides
   train: dict = dataclasses.field(default_factory=dict)  # training-field overrides
   learning_rates: tuple | None = None  # None: the experiment's grid
+  step_cap: int | None = None  # None: the config's step_cap (at least the arm's budget)
 
 
 @dataclasses.dataclass
@@ -99,42 +378,110 @@ class Section:
   setup: str = ""
 
 
+def plateau_status(run, budget, tolerance=PLATEAU_TOLERANCE, window=PLATEAU_WINDOW):
+  """'target' (early stop), 'diverged', 'flat' (its best validation accuracy over the last
+  `window` of `budget` steps gained less than `tolerance` on its best before) or 'learning'
+  (it gained more, or too few evaluations to tell)."""
+  if run.stop_reason == "early_stop":
+    return "target"
+  if run.stop_reason == "diverged":
+    return "diverged"
+  cut = budget * (1 - window)
+  before = [va for step, _, va, _, _ in run.evals if step <= cut]
+  after = [va for step, _, va, _, _ in run.evals if step > cut]
+  if not before or not after:
+    return "learning"
+  return "flat" if max(after) - max(before) < tolerance else "learning"
+
+
+FINISHED = ("target", "flat", "diverged")
+
+
 @dataclasses.dataclass
 class ArmResult:
   arm: Arm
   config: object  # the training config it ran with
-  sweep: sweep.SweepResult
+  sweep: sweep.SweepResult  # the first sweep at the final budget
   selected: tuple | None  # (learning_rate, weight_decay); None: every point diverged
   seconds: float
+  more: list = dataclasses.field(default_factory=list)  # more sweeps at the final budget
+  seeds: tuple | None = None  # a view: only these seeds' replicas (None: all)
+  budget: int | None = None  # the final step budget (None: the config's)
+  history: list = dataclasses.field(default_factory=list)  # grid extensions, budget growth
+  exploratory: tuple = ()  # the seeds the selection read
+  rule: dict = dataclasses.field(default_factory=dict)  # budget_rule(config)
 
   @property
   def chance(self):
     return self.sweep.chance
 
+  def _indexed(self):
+    """[(run, sweep, index in that sweep)] of the replicas in view."""
+    out = []
+    for result in [self.sweep, *self.more]:
+      for i, r in enumerate(result.runs):
+        if self.seeds is None or r.seed in self.seeds:
+          out.append((r, result, i))
+    return out
+
+  @property
+  def runs(self):
+    return [r for r, _, _ in self._indexed()]
+
+  @property
+  def learning_rates(self):
+    return sorted({r.learning_rate for r in self.runs})
+
+  def view(self, seeds):
+    return dataclasses.replace(self, seeds=tuple(seeds))
+
+  def at_rate(self, learning_rate):
+    """This arm read at `learning_rate` (its selected weight decay), if its grid holds it."""
+    if self.selected is None or learning_rate not in self.learning_rates:
+      return self
+    return dataclasses.replace(self, selected=(learning_rate, self.selected[1]))
+
   def selected_runs(self):
     """The runs at the selected point, in seed order ([] if every point diverged)."""
     if self.selected is None:
       return []
-    runs = [r for r in self.sweep.runs if (r.learning_rate, r.weight_decay) == self.selected]
+    runs = [r for r in self.runs if (r.learning_rate, r.weight_decay) == self.selected]
     return sorted(runs, key=lambda r: r.seed)
 
   def per_seed(self, key):
     """`key` of Run.final() per seed at the selected point (NaN per seed if none)."""
     runs = self.selected_runs()
     if not runs:
-      return [math.nan] * len({r.seed for r in self.sweep.runs})
+      return [math.nan] * len({r.seed for r in self.runs})
     return [float(r.final()[key]) for r in runs]
 
   def adjusted(self):
     return [adjust(a, self.chance) for a in self.per_seed("eval_accuracy")]
+
+  def _budget(self):
+    if self.budget is not None:
+      return self.budget
+    config = self.sweep.config
+    return int(config.total_steps) if config is not None else int(self.sweep.steps)
+
+  def plateau(self):
+    """Per seed at the selected point: target / flat / diverged / learning."""
+    rule = self.rule or {}
+    tol = rule.get("plateau_tolerance", PLATEAU_TOLERANCE)
+    window = rule.get("plateau_window", PLATEAU_WINDOW)
+    return [plateau_status(r, self._budget(), tol, window) for r in self.selected_runs()]
+
+  def plateaued(self):
+    """Every replica at the selected point finished learning (all seeds, whatever the view)."""
+    return all(s in FINISHED for s in dataclasses.replace(self, seeds=None).plateau())
 
   def fastest_steps_to(self, accuracy):
     """Per seed: the fewest evaluated steps to validation accuracy `accuracy` over every
     learning rate and weight decay of the grid (runs that diverged excluded; NaN if no run of
     the seed reached it). A speed read at each model's best rate for speed, apart from the
     selection by final accuracy, which a near tie can swing from one rate to another."""
-    hits = {r.seed: [] for r in self.sweep.runs}
-    for r in self.sweep.runs:
+    hits = {r.seed: [] for r in self.runs}
+    for r in self.runs:
       if r.finite:
         hits[r.seed] += [step for step, _, va, _, _ in r.evals if va >= accuracy]
     return [float(min(hits[seed], default=math.nan)) for seed in sorted(hits)]
@@ -144,14 +491,14 @@ class ArmResult:
 
   def params(self):
     """The trained params of each seed at the selected point (host arrays), in seed order."""
-    if self.selected is None or self.sweep.params is None:
+    if self.selected is None:
       return []
-    order = sorted(
-      (r.seed, i)
-      for i, r in enumerate(self.sweep.runs)
-      if (r.learning_rate, r.weight_decay) == self.selected
+    chosen = sorted(
+      (r.seed, result, i)
+      for r, result, i in self._indexed()
+      if (r.learning_rate, r.weight_decay) == self.selected and result.params is not None
     )
-    return [self.sweep.replica_params(i) for _, i in order]
+    return [result.replica_params(i) for _, result, i in chosen]
 
 
 def adjust(accuracy, chance):
@@ -179,10 +526,11 @@ def select(runs):
 
 
 class Trained:
-  """Every arm's sweep, by (model, setting)."""
+  """Every arm's sweep, by (model, setting); `seeds`: the seeds in view (None: all)."""
 
-  def __init__(self, results):
+  def __init__(self, results, seeds=None):
     self.results = results
+    self.seeds = None if seeds is None else list(seeds)
     self._by = {(r.arm.model, r.arm.setting): r for r in results}
 
   def get(self, model, setting):
@@ -194,9 +542,20 @@ class Trained:
   def settings(self):
     return list(dict.fromkeys(r.arm.setting for r in self.results))
 
+  def view(self, seeds):
+    """Only `seeds`' replicas (the selection stays the one made on the exploratory seeds)."""
+    return Trained([r.view(seeds) for r in self.results], seeds)
+
+  def at_rate(self, learning_rate):
+    """Every arm whose grid holds `learning_rate` read there instead of at its selection."""
+    return Trained([r.at_rate(learning_rate) for r in self.results], self.seeds)
+
+  def learning_rates(self):
+    return sorted({lr for r in self.results for lr in r.learning_rates})
+
   def metrics(self):
     m = {k: {} for k in ("accuracy", "adjusted", "val_accuracy", "eval_loss", "steps")}
-    m |= {"selected": {}, "diverged": {}, "chance": {}}
+    m |= {"selected": {}, "diverged": {}, "chance": {}, "plateau": {}, "budget": {}}
     for r in self.results:
       model, setting = r.arm.model, r.arm.setting
       m["chance"][setting] = r.chance
@@ -207,26 +566,34 @@ class Trained:
       m["steps"].setdefault(model, {})[setting] = [float(x.final_step) for x in r.selected_runs()]
       point = dict(zip(("learning_rate", "weight_decay"), r.selected or (None, None), strict=True))
       m["selected"].setdefault(model, {})[setting] = point
-      m["diverged"].setdefault(model, {})[setting] = sum(not x.finite for x in r.sweep.runs)
+      m["diverged"].setdefault(model, {})[setting] = sum(not x.finite for x in r.runs)
+      m["plateau"].setdefault(model, {})[setting] = r.plateau()
+      m["budget"].setdefault(model, {})[setting] = r._budget()
     return m
 
   def records(self):
     """One record per trained replica (results.json `runs`)."""
     out = []
     for r in self.results:
-      for x in r.sweep.runs:
+      rule = r.rule or {}
+      tol = rule.get("plateau_tolerance", PLATEAU_TOLERANCE)
+      window = rule.get("plateau_window", PLATEAU_WINDOW)
+      for x in r.runs:
         out.append(
           {
             "model": r.arm.model,
             "setting": r.arm.setting,
             "seed": x.seed,
+            "seeds": "exploratory" if x.seed in r.exploratory else "confirmatory",
             "learning_rate": x.learning_rate,
             "weight_decay": x.weight_decay,
             "metrics": {
               **x.final(),
               "chance": r.chance,
               "final_step": x.final_step,
+              "budget": r._budget(),
               "stop_reason": x.stop_reason,
+              "plateau": plateau_status(x, r._budget(), tol, window),
               "selected": r.selected == (x.learning_rate, x.weight_decay),
               # the validation curve: readings such as fastest_steps_to recompute from it
               "val_accuracy_by_step": [[step, va] for step, _, va, _, _ in x.evals],
@@ -236,11 +603,12 @@ class Trained:
     return out
 
   def table(self):
-    """Per arm: the selected point and the eval accuracy over seeds."""
+    """Per arm: the selected point, the eval accuracy over seeds, the plateau."""
     rows = []
     for r in self.results:
       acc = r.per_seed("eval_accuracy")
       lr, wd = r.selected or (math.nan, math.nan)
+      status = r.plateau()
       rows.append(
         {
           "model": r.arm.model,
@@ -253,39 +621,144 @@ class Trained:
           "adjusted mean": float(np.mean(r.adjusted())),
           "per seed": [round(a, 3) for a in acc],
           "chance": r.chance,
-          "diverged": sum(not x.finite for x in r.sweep.runs),
+          "diverged": sum(not x.finite for x in r.runs),
+          "plateau": f"{sum(s in FINISHED for s in status)}/{len(status)} at {r._budget()}",
+        }
+      )
+    return rows
+
+  def plateau_table(self):
+    """Per arm: budget, each replica's plateau status at the selected point, grid changes."""
+    rows = []
+    for r in self.results:
+      all_seeds = dataclasses.replace(r, seeds=None)
+      status = dict(
+        zip((x.seed for x in all_seeds.selected_runs()), all_seeds.plateau(), strict=True)
+      )
+      rows.append(
+        {
+          "model": r.arm.model,
+          "setting": r.arm.setting,
+          "budget": r._budget(),
+          "lr*": r.selected[0] if r.selected else math.nan,
+          "exploratory": " ".join(f"{s}:{status[s]}" for s in sorted(status) if s in r.exploratory),
+          "confirmatory": " ".join(
+            f"{s}:{status[s]}" for s in sorted(status) if s not in r.exploratory
+          ),
+          "grid / budget changes": "; ".join(h["what"] for h in r.history) or "none",
         }
       )
     return rows
 
 
 def replicas(config, arm):
+  explore, confirm = seed_sets(config)
   lrs = arm.learning_rates or tuple(config.learning_rates)
-  return sweep.grid(tuple(config.seeds), lrs, tuple(config.weight_decays))
+  return sweep.grid(explore + confirm, lrs, tuple(config.weight_decays))
+
+
+def _extension(lrs, selected_lr, cap):
+  """The next rate past the grid's edge where `selected_lr` sits, or None (interior, a grid
+  of one rate, or past the cap)."""
+  lrs = sorted(lrs)
+  if len(lrs) < 2:
+    return None
+  if selected_lr == lrs[-1]:
+    new = float(f"{lrs[-1] * lrs[-1] / lrs[-2]:.3g}")
+    return new if new <= cap[1] * (1 + 1e-9) else None
+  if selected_lr == lrs[0]:
+    new = float(f"{lrs[0] * lrs[0] / lrs[1]:.3g}")
+    return new if new >= cap[0] * (1 - 1e-9) else None
+  return None
+
+
+def train_arm(arm, config, log=print):
+  """Trains one arm under the protocol's rule: select on the exploratory seeds, extend the
+  learning-rate grid past an edge up to lr_cap, grow the budget up to step_cap until every
+  replica at the selected point has finished learning. Returns an ArmResult."""
+  explore, confirm = seed_sets(config)
+  seeds = explore + confirm
+  rule = budget_rule(config)
+  schedule = {f: config[f] for f in SCHEDULE if f in config} | arm.train
+  budget = int(schedule["total_steps"])
+  cap = max(budget, int(arm.step_cap if arm.step_cap is not None else rule["step_cap"]))
+  lrs = list(arm.learning_rates or tuple(config.learning_rates))
+  wds = tuple(config.weight_decays)
+  done = {}  # (learning_rate, budget) -> SweepResult
+  history = []
+  start = time.perf_counter()
+  while True:
+    todo = [lr for lr in lrs if (lr, budget) not in done]
+    if todo:
+      tc = harness.train_config(
+        arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": budget})
+      )
+      result = sweep.train(
+        tc,
+        sweep.grid(seeds, tuple(todo), wds),
+        log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}"),
+      )
+      for lr in todo:
+        done[(lr, budget)] = result
+    results = list({id(done[(lr, budget)]): done[(lr, budget)] for lr in lrs}.values())
+    runs = [r for res in results for r in res.runs]
+    selected = select([r for r in runs if not explore or r.seed in explore])
+    if selected is not None:
+      new = _extension(lrs, selected[0], rule["lr_cap"])
+      edge = len(lrs) >= 2 and selected[0] in (min(lrs), max(lrs))
+      capped = f"selected {selected[0]:g}, an edge of the grid: the next rate passes lr_cap"
+      if edge and new is None and not any(h["what"] == capped for h in history):
+        history.append({"what": capped})
+      if new is not None:
+        history.append(
+          {
+            "what": f"lr grid extended to {new:g} (selected {selected[0]:g}, an "
+            f"edge of {sorted(lrs)})",
+            "learning_rate": new,
+          }
+        )
+        lrs.append(new)
+        continue
+    arm_result = ArmResult(
+      arm,
+      results[0].config,
+      results[0],
+      selected,
+      0.0,
+      more=results[1:],
+      budget=budget,
+      history=history,
+      exploratory=explore,
+      rule=rule,
+    )
+    if selected is not None and not arm_result.plateaued() and budget < cap:
+      grown = min(cap, int(round(budget * rule["plateau_growth"])))
+      history.append(
+        {"what": f"budget {budget} -> {grown} steps (still learning)", "budget": grown}
+      )
+      budget = grown
+      continue
+    arm_result.seconds = time.perf_counter() - start
+    return arm_result
 
 
 def train(arms, config, log=print):
-  """Trains every arm as one sweep; returns Trained."""
-  schedule = {f: config[f] for f in SCHEDULE if f in config}
+  """Trains every arm (train_arm); returns Trained."""
   results = []
   for i, arm in enumerate(arms, 1):
-    tc = harness.train_config(arm.rung, arm.task, arm.fields, **(schedule | arm.train))
-    reps = replicas(config, arm)
-    start = time.perf_counter()
-    result = sweep.train(
-      tc, reps, log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}")
-    )
-    seconds = time.perf_counter() - start
-    arm_result = ArmResult(arm, result.config, result, select(result.runs), seconds)
-    results.append(arm_result)
-    acc = arm_result.per_seed("eval_accuracy")
-    diverged = sum(not x.finite for x in result.runs)
+    r = train_arm(arm, config, log)
+    results.append(r)
+    acc = r.per_seed("eval_accuracy")
+    diverged = sum(not x.finite for x in r.runs)
+    status = r.plateau()
     log(
-      f"    [{i}/{len(arms)}] {arm.model} @ {arm.setting}: {len(reps)} replicas, "
-      f"compile {result.compile_seconds:.1f} s, train {result.train_seconds:.1f} s "
-      f"({result.steps} steps); eval accuracy {np.mean(acc):.3f} [{np.min(acc):.3f}, "
-      f"{np.max(acc):.3f}] over seeds at lr={_point(arm_result.selected)}"
+      f"    [{i}/{len(arms)}] {arm.model} @ {arm.setting}: {len(r.runs)} replicas, "
+      f"compile {r.sweep.compile_seconds:.1f} s, {r.seconds:.1f} s in all "
+      f"(budget {r._budget()} steps); eval accuracy {np.mean(acc):.3f} [{np.min(acc):.3f}, "
+      f"{np.max(acc):.3f}] over seeds at lr={_point(r.selected)}; plateau "
+      f"{sum(s in FINISHED for s in status)}/{len(status)}"
       + (f"; {diverged} diverged" if diverged else "")
+      + "".join(f"; {h['what']}" for h in r.history)
     )
   return Trained(results)
 
@@ -301,41 +774,151 @@ def setup_text(config, trained):
   """The protocol's line of the report's setup."""
   if not trained.results:
     return ""
-  lrs = sorted({lr for r in trained.results for lr in (r.arm.learning_rates or ())})
-  lrs = lrs or list(config.learning_rates)
+  explore, confirm = seed_sets(config)
+  lrs = trained.learning_rates()
   chance = "; ".join(
     sorted({f"{r.arm.setting}: {r.chance:.3g} ({r.sweep.chance_rule})" for r in trained.results})
   )
+  rule = budget_rule(config)
   return (
-    f"Protocol: seeds {list(config.seeds)}; learning rates {list(lrs)} x weight decays "
-    f"{list(config.weight_decays)}, selected per arm by mean validation accuracy (first half of "
-    f"the held-out split), reported on the eval half; batch {config.batch_size}, up to "
-    f"{config.total_steps} steps (early stop at validation accuracy "
-    f"{config.get('early_stop_accuracy')}). Chance: {chance}."
+    f"Protocol: confirmatory seeds {list(confirm)} (the verdict), exploratory seeds "
+    f"{list(explore)} (selection); learning rates {lrs} x weight decays "
+    f"{list(config.weight_decays)}, selected per arm by mean validation accuracy of the "
+    f"exploratory seeds (first half of the held-out split), reported on the eval half; batch "
+    f"{config.batch_size}, a budget of {config.total_steps} steps growing x"
+    f"{rule['plateau_growth']:g} to at most {rule['step_cap']} until every replica plateaus "
+    f"(early stop at validation accuracy {config.get('early_stop_accuracy')}, or a gain "
+    f"< {rule['plateau_tolerance']:g} over the last {rule['plateau_window']:.0%} of the "
+    f"budget). Chance: {chance}."
   )
 
 
-def run(module, config, workdir, size="", log=print):
-  """Trains the module's arms, measures, judges; returns its report.Result."""
-  arms = module.arms(config) if hasattr(module, "arms") else []
-  trained = train(arms, config, log)
+# --- judging -----------------------------------------------------------------------------
+
+
+def _judge(module, config, trained, workdir):
+  """(section, metrics, controls, criteria, falsification) of the module on `trained`."""
   section = module.measure(config, trained, workdir) if hasattr(module, "measure") else Section()
   metrics = trained.metrics() | section.metrics
   controls = module.controls(metrics, config) if hasattr(module, "controls") else []
+  criteria = module.criteria(metrics, config)
+  falsif = module.falsification(metrics, config) if hasattr(module, "falsification") else []
+  return section, metrics, list(controls), list(criteria), list(falsif)
+
+
+def gate(criteria, trained, design=None):
+  """Checks each criterion against the design (a registered name; `at_init` read as trained
+  minus untrained) and makes it UNRESOLVED when an arm it reads never plateaued."""
+  for c in criteria:
+    spec = design.spec(c.name) if design is not None else None
+    if spec is not None and spec.at_init and "untrained" not in c.values:
+      raise ladder.ConfigError(
+        f"{design.experiment}: criterion {c.name!r} is registered at_init=True: it must be read "
+        "as trained minus untrained (report.trained_minus_untrained)"
+      )
+    reads = list(c.reads)
+    if not reads and spec is not None:
+      reads = [(r.arm.model, r.arm.setting) for r in trained.results if r.arm.model in spec.reads]
+    for model, setting in reads:
+      arm = trained.get(model, setting)
+      if not arm.plateaued():
+        c.unresolved(f"still learning at {arm._budget()} steps: {model} @ {setting}")
+        break
+  return criteria
+
+
+def agree(confirmatory, exploratory):
+  """Each confirmatory criterion whose exploratory reading disagrees becomes UNRESOLVED."""
+  if len(confirmatory) != len(exploratory):
+    raise ValueError("the exploratory and confirmatory readings list different criteria")
+  for c, e in zip(confirmatory, exploratory, strict=True):
+    if c.verdict != e.verdict:
+      c.unresolved(f"exploratory seeds {e.verdict}, confirmatory {c.verdict}")
+  return confirmatory
+
+
+def _record(reg, config):
+  """The design's record for results.json; `config_as_registered` is False when the config
+  run is not the registered one (a test's or a caller's variation)."""
+  if reg is None:
+    return {}
+  text = json.dumps(_canonical(config.to_dict()), sort_keys=True, separators=(",", ":"))
+  return reg.record() | {"config_as_registered": text == reg.config}
+
+
+def run(module, config, workdir, size="", log=print):
+  """Trains the module's arms, measures, judges under the protocol; returns report.Result."""
+  reg = design(module, size) if registered(module) and size else None
+  explore, confirm = seed_sets(config)
+  arms = module.arms(config) if hasattr(module, "arms") else []
+  trained = train(arms, config, log)
+  view = trained.view(confirm)
+  section, metrics, controls, criteria, falsif = _judge(module, config, view, workdir)
+  for group in (controls, criteria, falsif):
+    gate(group, trained, reg)
+  exploratory = []
+  if explore and arms:
+    with tempfile.TemporaryDirectory() as scratch:
+      _, _, e_controls, e_criteria, e_falsif = _judge(
+        module, config, trained.view(explore), scratch
+      )
+    for c_group, e_group in ((controls, e_controls), (criteria, e_criteria), (falsif, e_falsif)):
+      gate(e_group, trained, reg)
+      agree(c_group, e_group)
+    exploratory = e_controls + e_criteria
+  if reg is not None:
+    declared = {f.criterion for f in reg.falsification if f.trained}
+    got = {c.name for c in falsif}
+    if declared != got:
+      raise ladder.ConfigError(
+        f"{module.NAME}: FALSIFICATION declares trained readings of {sorted(declared)}, "
+        f"falsification() computed {sorted(got)}"
+      )
+  per_rate = []
+  rates = trained.learning_rates()
+  if len(rates) > 1:
+    for lr in rates:
+      with tempfile.TemporaryDirectory() as scratch:
+        at = view.at_rate(lr)
+        _, _, r_controls, r_criteria, r_falsif = _judge(module, config, at, scratch)
+      for group in (r_controls, r_criteria, r_falsif):
+        gate(group, trained.at_rate(lr), reg)
+      r = report.Result(
+        module.NAME, "", "", r_criteria, {}, controls=r_controls, falsification=r_falsif
+      )
+      per_rate.append(
+        {
+          "learning_rate": lr,
+          "verdict": r.verdict,
+          "criteria": {c.name or c.description: c.verdict for c in r_controls + r_criteria},
+        }
+      )
   setup = " ".join(t for t in (section.setup, setup_text(config, trained)) if t)
   return report.Result(
     experiment=module.NAME,
     claim=module.CLAIM,
     setup=setup,
-    criteria=module.criteria(metrics, config),
+    criteria=criteria,
     controls=controls,
     metrics=metrics,
-    table=trained.table(),
+    table=view.table(),
     tables=[("", section.table)] if section.table else [],
     plots=section.plots,
     size=size,
-    seeds=list(config.seeds) if arms else [],
+    seeds=list(confirm) if arms else [],
     runs=trained.records(),
+    design=_record(reg, config),
+    commit=commit(),
+    exploratory_seeds=list(explore) if arms else [],
+    exploratory=exploratory,
+    falsification=falsif,
+    proposed=[dataclasses.asdict(f) for f in getattr(module, "FALSIFICATION", ()) if not f.trained],
+    checks=[
+      {"name": s.name, "tag": s.tag, "statement": s.statement, "test": s.test}
+      for s in getattr(module, "CHECKS", ())
+    ],
+    per_rate=per_rate,
+    plateau=trained.plateau_table(),
   )
 
 

@@ -11,9 +11,12 @@ learning-rate grid: budget 90 minutes on 2 CPU cores, measured 66 min 29 s in
 docs/experiments.md), accel (one GPU or TPU host).
 
 Writes <workdir>/report.md, <workdir>/results.json and the plots beside them, rewritten after
-each experiment. An experiment that crashes is reported as FAIL with its error and the others
-still run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same
-verdicts (up to timing measurements, which the report marks as such).
+each experiment. Verdicts: SUPPORTED, REFUTED, UNRESOLVED (e.g. a model still learning at its
+step cap: an honest verdict at quick), INCONCLUSIVE (a control failed, or the falsification arm
+was accepted); the summary prints each experiment's plateau count and what its verdict rests
+on. An experiment that crashes is reported as UNRESOLVED with its error and the others still
+run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same verdicts (up
+to timing measurements, which the report marks as such).
 """
 
 import argparse
@@ -43,7 +46,7 @@ SIZES = protocol.SIZES
 
 
 def run_one(module, size, workdir):
-  """Runs one experiment module; a crash becomes a FAIL result that names the error."""
+  """Runs one experiment module; a crash becomes an UNRESOLVED result that names the error."""
   start = time.time()
   try:
     config = module.get_config(size)
@@ -54,13 +57,31 @@ def run_one(module, size, workdir):
       experiment=module.NAME,
       claim=module.CLAIM,
       setup=f"size={size}",
-      criteria=[report.Criterion(f"ran to completion (crashed: {type(e).__name__}: {e})", False)],
+      criteria=[
+        report.Criterion(
+          f"ran to completion (crashed: {type(e).__name__}: {e})", verdict=report.UNRESOLVED
+        )
+      ],
       metrics={"error": f"{type(e).__name__}: {e}"},
       crashed=True,
     )
   result.seconds = time.time() - start
   result.size = size
   return result
+
+
+def plateau_line(result):
+  """'plateau 11/12 replicas': replicas at their arms' selected points that finished learning."""
+  status = [
+    s
+    for row in result.plateau
+    for part in (row["exploratory"], row["confirmatory"])
+    for s in part.split()
+  ]
+  if not status:
+    return "(nothing trained)"
+  done = sum(s.split(":")[1] in protocol.FINISHED for s in status)
+  return f"plateau {done}/{len(status)} replicas"
 
 
 def _parser(single):
@@ -95,12 +116,8 @@ def main(argv=None, single=None):
   path = report.write(results, args.workdir)
   print(f"\n{report.tally(results)} in {sum(r.seconds for r in results):.0f} s")
   for r in results:
-    failing = r.controls if r.verdict == "INCONCLUSIVE" else r.criteria
-    failed = [c.description for c in failing if not c.passed]
-    what = "control failed" if r.verdict == "INCONCLUSIVE" else "failed"
-    print(
-      f"  {r.experiment:16s} {r.verdict}" + (f"  ({what}: {'; '.join(failed)})" if failed else "")
-    )
+    why = r.why()
+    print(f"  {r.experiment:16s} {r.verdict:12s} {plateau_line(r)}" + (f"  ({why})" if why else ""))
   print(f"report: {path}")
   return 1 if any(r.crashed for r in results) else 0
 

@@ -47,6 +47,36 @@ CONTROL = 0.5  # no skip at the shallowest depth: adjusted accuracy >= this, eve
 RECALLS = 0.9  # residual at the deepest depth: adjusted accuracy >= this, every seed
 FAILS = 0.3  # no skip at the deepest depth: adjusted accuracy <= this, every seed
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "shallow_no_skip_learns",
+    f"without skips the shallowest stack learns: adjusted accuracy >= {CONTROL}, every seed",
+    threshold=CONTROL,
+    reads=("no_skip",),
+    control=True,
+  ),
+  protocol.Spec(
+    "residual_learns",
+    f"the residual stack at the deepest depth: adjusted accuracy >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=("residual",),
+  ),
+  protocol.Spec(
+    "no_skip_fails",
+    f"the no-skip stack at the deepest depth: adjusted accuracy <= {FAILS}, every seed",
+    threshold=FAILS,
+    reads=("no_skip",),
+  ),
+)
+# The deep no-skip stack, read by the claim's "learns" criterion, must be rejected by it.
+FALSIFICATION = (
+  protocol.Falsification(
+    "no_skip", "residual_learns", "the deep stack without skips, read as the residual one"
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -56,11 +86,13 @@ def get_config(size="quick"):
   c.d_model = 32  # D of every model; MLP width 4D
   c.num_layers = 2  # unused: each arm sets its depth
   c.depths = ((2, ("no_skip",)), (4, ("no_skip", "residual")))  # (depth, models trained)
-  c.seeds = (0, 1, 2)
+  c.exploratory_seeds = (100,)  # selection and sizing
+  c.confirmatory_seeds = (0, 1, 2)  # the verdict of record
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 400  # the same budget for every model; early stop at early_stop_accuracy
+  c.step_cap = 800  # a budget that has not plateaued grows (x2) up to this
   c.warmup_steps = 50
   c.eval_every = 50
   c.early_stop_accuracy = 0.99
@@ -70,18 +102,24 @@ def get_config(size="quick"):
   if size == "tiny":
     c.task, c.seq_len, c.d_model = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2", 8, 8
     c.depths = ((1, ("no_skip",)), (2, ("no_skip", "residual")))
-    c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
+    c.exploratory_seeds, c.confirmatory_seeds, c.learning_rates = (100,), (0,), (3e-3, 1e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
+    c.step_cap = 4
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
     c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every, c.warmup_steps = 1000, 100, 100
+    c.lr_cap = (1e-4, 3e-2)
+    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1000, 100, 100, 2000
   elif size == "accel":
     c.task = "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8"
     c.vocab_size, c.seq_len, c.d_model = 256, 64, 128
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8, 16))
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
     c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.lr_cap = (1e-5, 3e-2)
+    c.step_cap = 16000
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
     c.num_examples, c.num_test_examples = 100_000, 1024
   elif size != "quick":
@@ -134,6 +172,17 @@ def measure(config, trained, workdir):
   return protocol.Section(plots=[harness.save(fig, workdir, f"{NAME}.png")], setup=setup)
 
 
+def _learns(metrics, config, model, name):
+  _, deep = _extremes(config)
+  return report.every_seed(
+    f"{model} at the deepest depth ({deep} blocks) learns: adjusted accuracy >= {RECALLS}",
+    metrics["adjusted"][model][setting(deep)],
+    lambda a: a >= RECALLS,
+    name=name,
+    reads=[(model, setting(deep))],
+  )
+
+
 def controls(metrics, config):
   shallow, _ = _extremes(config)
   return [
@@ -142,6 +191,8 @@ def controls(metrics, config):
       f"{CONTROL}",
       metrics["adjusted"]["no_skip"][setting(shallow)],
       lambda a: a >= CONTROL,
+      name="shallow_no_skip_learns",
+      reads=[("no_skip", setting(shallow))],
     )
   ]
 
@@ -149,18 +200,20 @@ def controls(metrics, config):
 def criteria(metrics, config):
   _, deep = _extremes(config)
   return [
-    report.every_seed(
-      f"with residual connections the deep stack ({deep} blocks) learns: adjusted accuracy "
-      f">= {RECALLS}",
-      metrics["adjusted"]["residual"][setting(deep)],
-      lambda a: a >= RECALLS,
-    ),
+    _learns(metrics, config, "residual", "residual_learns"),
     report.every_seed(
       f"without them the same deep stack does not: adjusted accuracy <= {FAILS}",
       metrics["adjusted"]["no_skip"][setting(deep)],
       lambda a: a <= FAILS,
+      name="no_skip_fails",
+      reads=[("no_skip", setting(deep))],
     ),
   ]
+
+
+def falsification(metrics, config):
+  """The claim's "learns" criterion read on the deep stack without skips: it must reject it."""
+  return [_learns(metrics, config, "no_skip", "residual_learns")]
 
 
 if __name__ == "__main__":

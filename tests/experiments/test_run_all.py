@@ -1,4 +1,4 @@
-"""The main job's runner: a crash in one experiment is a FAIL in the report, not a lost run."""
+"""The main job's runner: a crash in one experiment is UNRESOLVED in the report, not a lost run."""
 
 import json
 import types
@@ -37,15 +37,15 @@ def test_a_crash_is_reported_and_the_others_still_run(tmp_path, monkeypatch, cap
   assert code == 1  # a crash makes the run fail ...
   results = json.loads((tmp_path / "results.json").read_text())
   assert [(r["experiment"], r["verdict"]) for r in results] == [
-    ("beyond", "FAIL"),
-    ("fixed_memory", "PASS"),  # ... after every other experiment has run
+    ("beyond", "UNRESOLVED"),
+    ("fixed_memory", "SUPPORTED"),  # ... after every other experiment has run
   ]
   assert "RuntimeError: out of memory at L=4096" in results[0]["metrics"]["error"]
   text = (tmp_path / "report.md").read_text()
-  assert "1 of 2 experiments PASS" in text and "out of memory" in text
+  assert "1 of 2 experiments SUPPORTED" in text and "out of memory" in text
   out = capsys.readouterr().out
-  assert "1 of 2 experiments PASS, 1 FAIL" in out
-  assert "beyond           FAIL  (failed: ran to completion" in out
+  assert "1 of 2 experiments SUPPORTED, 1 UNRESOLVED" in out
+  assert "beyond           UNRESOLVED   (nothing trained)  (ran to completion (crashed" in out
 
 
 def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
@@ -54,7 +54,7 @@ def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
   assert not (tmp_path / "results.json").exists()
 
 
-def test_a_failed_control_makes_the_verdict_inconclusive_not_pass(tmp_path, monkeypatch, capsys):
+def test_a_failed_control_makes_the_verdict_inconclusive(tmp_path, monkeypatch, capsys):
   modules = {"experiments.symmetry": _declared(False), "experiments.heads": _declared(True)}
   modules["experiments.heads"].NAME = "heads"
   monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
@@ -63,14 +63,19 @@ def test_a_failed_control_makes_the_verdict_inconclusive_not_pass(tmp_path, monk
   results = json.loads((tmp_path / "results.json").read_text())
   assert [(r["experiment"], r["verdict"], r["size"]) for r in results] == [
     ("symmetry", "INCONCLUSIVE", "tiny"),
-    ("heads", "PASS", "tiny"),
+    ("heads", "SUPPORTED", "tiny"),
   ]
   assert results[0]["controls"][0] == {
+    "name": "",
     "description": "the control learns",
-    "passed": False,
+    "verdict": "REFUTED",
+    "note": "",
     "rule": "",
+    "reads": [],
     "values": {},
   }
   out = capsys.readouterr().out
-  assert "1 of 2 experiments PASS, 1 INCONCLUSIVE" in out
-  assert "symmetry         INCONCLUSIVE  (control failed: the control learns)" in out
+  assert "1 of 2 experiments SUPPORTED, 1 INCONCLUSIVE" in out
+  assert (
+    "symmetry         INCONCLUSIVE (nothing trained)  (control failed: the control learns)" in out
+  )

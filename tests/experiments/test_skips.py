@@ -30,8 +30,8 @@ def _verdict(config, **adjusted):
 
 
 def test_the_claim_passes_with_its_control():
-  assert _verdict(skips.get_config("quick")) == ([True], [True, True], "PASS")
-  assert _verdict(skips.get_config("full")) == ([True], [True, True], "PASS")
+  assert _verdict(skips.get_config("quick")) == ([True], [True, True], "SUPPORTED")
+  assert _verdict(skips.get_config("full")) == ([True], [True, True], "SUPPORTED")
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_the_claim_passes_with_its_control():
   ],
 )
 def test_each_criterion_fails_alone(change, expected):
-  assert _verdict(skips.get_config("quick"), **change) == ([True], expected, "FAIL")
+  assert _verdict(skips.get_config("quick"), **change) == ([True], expected, "REFUTED")
 
 
 @pytest.mark.parametrize(
@@ -59,10 +59,19 @@ def test_each_threshold_from_both_sides(change, expected):
   assert _verdict(skips.get_config("quick"), **change)[1] == expected
 
 
-@pytest.mark.parametrize("shallow, verdict", [(skips.CONTROL, "PASS"), (0.49, "INCONCLUSIVE")])
+@pytest.mark.parametrize("shallow, verdict", [(skips.CONTROL, "SUPPORTED"), (0.49, "INCONCLUSIVE")])
 def test_a_shallow_no_skip_stack_that_cannot_learn_makes_it_inconclusive(shallow, verdict):
   controls, _, got = _verdict(skips.get_config("quick"), no_skip__2=shallow)
-  assert controls == [verdict == "PASS"] and got == verdict
+  assert controls == [verdict == "SUPPORTED"] and got == verdict
+
+
+def test_one_seed_short_of_a_threshold_is_unresolved():
+  assert _verdict(skips.get_config("quick"), residual__4=[1.0, 0.5, 1.0])[2] == "UNRESOLVED"
+
+
+def test_a_deep_no_skip_stack_the_learns_criterion_accepts_is_inconclusive():
+  # The falsification arm: if the deep plain stack also "learns", the criterion cannot tell.
+  assert _verdict(skips.get_config("quick"), no_skip__4=0.95)[2] == "INCONCLUSIVE"
 
 
 def test_the_deepest_depth_is_judged_at_full_size():
@@ -77,7 +86,11 @@ def test_tiny_run_trains_both_wirings(tmp_path):
   assert result.verdict in report.VERDICTS
   assert len(result.controls) == 1 and len(result.criteria) == 2
   arms = sum(len(names) for _, names in config.depths)
-  assert len(result.runs) == arms * len(config.seeds) * len(config.learning_rates)
+  seeds = len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  assert len(result.runs) == arms * seeds * len(config.learning_rates)
+  assert result.design["version"] == skips.VERSION and result.design["config_as_registered"]
+  assert len(result.falsification) == 1 and len(result.plateau) == arms
+  assert [r["learning_rate"] for r in result.per_rate] == list(config.learning_rates)
   assert set(result.metrics["adjusted"]["no_skip"]) == {"depth=1", "depth=2"}
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000

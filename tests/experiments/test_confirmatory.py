@@ -1,0 +1,354 @@
+"""The confirmatory protocol on synthetic curves and metrics: registered designs, plateau and
+budget growth, learning-rate grid extension, exploratory and confirmatory seeds, equivalence,
+trained minus untrained, the falsification arm (experiments/protocol.py, report.py)."""
+
+import json
+import math
+import types
+
+import ml_collections
+import pytest
+
+from experiments import designs, protocol, report
+from jaxformer import ladder
+from jaxformer.train import sweep
+
+THRESHOLD = 0.9
+FULL_SEEDS = {"confirmatory_seeds": (0, 1, 2, 3, 4)}
+
+
+def _config(**fields):
+  c = ml_collections.ConfigDict()
+  c.exploratory_seeds = (100,)
+  c.confirmatory_seeds = (0, 1, 2)
+  c.learning_rates = (1e-3, 3e-3)
+  c.weight_decays = (0.1,)
+  c.batch_size = 8
+  c.total_steps = 400
+  c.step_cap = 400
+  c.eval_every = 100
+  c.warmup_steps = 1
+  c.early_stop_accuracy = 0.99
+  c.update(fields)
+  return c
+
+
+def _module(threshold=THRESHOLD, version=1, **config_fields):
+  """A registered experiment: one arm 'model', one criterion 'learns' (adjusted >= threshold)."""
+
+  def criteria(metrics, config):
+    return [
+      report.every_seed(
+        f"learns: adjusted >= {threshold}",
+        metrics["adjusted"]["model"]["s"],
+        lambda a: a >= threshold,
+        name="learns",
+      )
+    ]
+
+  def falsification(metrics, config):
+    return [
+      report.every_seed(
+        "the weak arm learns",
+        metrics["adjusted"]["weak"]["s"],
+        lambda a: a >= threshold,
+        name="learns",
+        reads=[("weak", "s")],
+      )
+    ]
+
+  return types.SimpleNamespace(
+    NAME="demo",
+    CLAIM="the model learns, the weak one does not",
+    VERSION=version,
+    SPECS=(
+      protocol.Spec("learns", f"adjusted >= {threshold}", threshold=threshold, reads=("model",)),
+    ),
+    CHECKS=(protocol.Spec("fold", "an identity", tag="identity", test="tests/x.py::test_y"),),
+    FALSIFICATION=(protocol.Falsification("weak", "learns", "a model that cannot"),),
+    get_config=lambda size: _config(
+      **(FULL_SEEDS if size in ("full", "accel") else {}) | config_fields
+    ),
+    arms=lambda config: [
+      protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2"),
+      protocol.Arm(
+        "weak", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2", {"d_model": 8}
+      ),
+    ],
+    criteria=criteria,
+    falsification=falsification,
+  )
+
+
+# --- registered designs ------------------------------------------------------------------
+
+
+def test_a_design_change_without_a_version_bump_fails():
+  registry = designs.register(_module(), {})
+  assert designs.problems(_module(), registry) == []
+  changed = _module(threshold=0.8)  # a moved threshold, same version
+  found = designs.problems(changed, registry)
+  assert len(found) == len(protocol.SIZES) and all("bump demo.VERSION" in p for p in found)
+  with pytest.raises(ValueError, match="bump"):
+    designs.register(changed, registry)
+  grid = _module(learning_rates=(1e-3, 3e-3, 1e-2))  # a grid change is a design change too
+  assert designs.problems(grid, registry)
+  bumped = _module(threshold=0.8, version=2)
+  assert "is not registered" in designs.problems(bumped, registry)[0]
+  designs.register(bumped, registry)
+  assert designs.problems(bumped, registry) == [] and set(registry["demo"]) == {"1", "2"}
+  assert designs.problems(_module(), registry) == []  # version 1 stays as registered
+
+
+def test_the_hash_covers_seeds_specs_falsification_and_rule_but_not_the_version():
+  base = protocol.design(_module(), "quick")
+  assert protocol.design(_module(version=7), "quick").hash == base.hash
+  for changed in (
+    _module(confirmatory_seeds=(0, 1, 3)),
+    _module(step_cap=800),
+    _module(plateau_tolerance=0.01),
+  ):
+    assert protocol.design(changed, "quick").hash != base.hash
+  m = _module()
+  m.FALSIFICATION = (protocol.Falsification("weak", "learns", "other", trained=False),)
+  assert protocol.design(m, "quick").hash != base.hash
+
+
+@pytest.mark.parametrize(
+  "fields, match",
+  [
+    ({"exploratory_seeds": (0,)}, "disjoint"),
+    ({"confirmatory_seeds": (0, 1)}, "at least 3"),
+    ({"confirmatory_seeds": ()}, "at least one"),
+  ],
+)
+def test_a_bad_seed_declaration_is_refused_naming_the_field(fields, match):
+  with pytest.raises(ladder.ConfigError, match=match):
+    protocol.design(_module(**fields), "quick")
+
+
+def test_a_spec_is_tagged_and_a_check_names_its_test():
+  with pytest.raises(ladder.ConfigError, match="tag"):
+    protocol.Spec("x", "y", tag="obvious")
+  with pytest.raises(ladder.ConfigError, match="names its test"):
+    protocol.Spec("x", "y", tag="architectural")
+  m = _module()
+  m.SPECS = m.SPECS + (protocol.Spec("w", "a window's reach", tag="architectural", test="t"),)
+  with pytest.raises(ladder.ConfigError, match="belongs in CHECKS"):
+    protocol.design(m, "quick")
+
+
+# --- verdicts: intervals, equivalence, seeds ---------------------------------------------------
+
+
+def test_an_interval_that_straddles_its_threshold_is_unresolved():
+  assert report.mean_above("gain > 0", [0.05, 0.06, 0.055], 0.0).verdict == report.SUPPORTED
+  assert report.mean_above("gain > 0", [-0.05, -0.06, -0.055], 0.0).verdict == report.REFUTED
+  straddles = report.mean_above("gain > 0", [-0.2, 0.3, -0.1, 0.25], 0.0)
+  assert straddles.verdict == report.UNRESOLVED and "straddles" in straddles.note
+  assert report.mean_below("loss < 0", [0.1, math.nan], 0.0).verdict == report.UNRESOLVED
+
+
+def test_seeds_that_split_are_unresolved():
+  holds = lambda a: a >= 0.9  # noqa: E731
+  assert report.every_seed("d", [0.95, 0.91], holds).verdict == report.SUPPORTED
+  assert report.every_seed("d", [0.5, 0.4], holds).verdict == report.REFUTED
+  split = report.every_seed("d", [0.95, 0.5, 0.99], holds)
+  assert split.verdict == report.UNRESOLVED and "1 of 3" not in split.note
+  assert "2 of 3 hold" in split.note
+
+
+@pytest.mark.parametrize(
+  "differences, verdict",
+  [
+    ([0.01, -0.01, 0.02, 0.0, 0.01], report.SUPPORTED),  # both bounds inside +-0.05
+    ([0.03, 0.04, 0.06, 0.05, 0.045], report.UNRESOLVED),  # the upper bound crosses 0.05
+    ([0.08, 0.09, 0.1, 0.12, 0.085], report.REFUTED),  # wholly outside: a loss
+    ([-0.08, -0.09, -0.1, -0.12, -0.085], report.REFUTED),  # wholly outside: a gain
+  ],
+)
+def test_an_equivalence_test_on_each_side_of_its_margin(differences, verdict):
+  c = report.equivalent("bilinear - r within 0.05", differences, 0.05)
+  assert c.verdict == verdict
+  low, high = c.values["ci90"]
+  assert (-0.05 < low and high < 0.05) is (verdict == report.SUPPORTED)
+
+
+def test_a_criterion_that_holds_at_init_fails_read_as_trained_minus_untrained():
+  trained, untrained = [0.40, 0.38, 0.41], [0.37, 0.39, 0.40]
+  alone = report.every_seed("receiver dependence >= 0.1", trained, lambda d: d >= 0.1)
+  assert alone.verdict == report.SUPPORTED  # it already holds on the untrained networks
+  change = report.trained_minus_untrained("receiver dependence >= 0.1", trained, untrained, 0.1)
+  assert change.verdict == report.REFUTED
+  assert change.values["trained"] == trained and change.values["untrained"] == untrained
+  learned = report.trained_minus_untrained("d", [0.6, 0.55, 0.7], untrained, 0.1)
+  assert learned.verdict == report.SUPPORTED
+
+
+def _result(criteria, falsification=(), controls=()):
+  return report.Result(
+    "demo", "", "", list(criteria), {}, controls=list(controls), falsification=list(falsification)
+  )
+
+
+def test_a_falsification_arm_the_criterion_accepts_makes_it_inconclusive():
+  claim = report.Criterion("learns", True)
+  rejected = report.Criterion("the weak arm learns", False)
+  assert _result([claim], [rejected]).verdict == report.SUPPORTED
+  accepted = report.Criterion("the weak arm learns", True)
+  result = _result([claim], [accepted])
+  assert result.verdict == report.INCONCLUSIVE and "cannot tell" in result.why()
+  undecided = report.Criterion("the weak arm learns", verdict=report.UNRESOLVED)
+  assert _result([claim], [undecided]).verdict == report.UNRESOLVED
+
+
+def test_the_experiment_verdict_orders_the_four():
+  ok, no = report.Criterion("a", True), report.Criterion("b", False)
+  maybe = report.Criterion("c", verdict=report.UNRESOLVED)
+  assert _result([ok, maybe]).verdict == report.UNRESOLVED
+  assert _result([ok, maybe, no]).verdict == report.REFUTED
+  assert _result([ok], controls=[no]).verdict == report.INCONCLUSIVE
+  assert _result([ok], controls=[maybe]).verdict == report.UNRESOLVED
+  assert _result([]).verdict == report.UNRESOLVED
+
+
+def test_exploratory_and_confirmatory_seeds_that_disagree_are_unresolved():
+  confirm = [report.Criterion("a", True), report.Criterion("b", False)]
+  explore = [report.Criterion("a", False), report.Criterion("b", False)]
+  protocol.agree(confirm, explore)
+  assert [c.verdict for c in confirm] == [report.UNRESOLVED, report.REFUTED]
+  assert "exploratory seeds REFUTED, confirmatory SUPPORTED" in confirm[0].note
+
+
+# --- plateau, budgets and the grid, on synthetic training curves ---------------------------------
+
+
+def _curve(steps, learns_by):
+  """Validation accuracy at each evaluated step: a ramp that reaches 0.95 at `learns_by`."""
+  return [min(0.95, 0.25 + 0.7 * s / learns_by) for s in steps]
+
+
+def _run(seed, lr, budget, learns_by, every=100, target=0.99):
+  steps = list(range(every, budget + 1, every))
+  evals = [
+    (s, 1.0 - va, va, 1.0 - va, va) for s, va in zip(steps, _curve(steps, learns_by), strict=True)
+  ]
+  stop = "early_stop" if evals and evals[-1][2] >= target else "completed"
+  return sweep.Run(seed, lr, 0.1, [0.0] * budget, evals, budget, stop)
+
+
+def test_plateau_status_reads_the_last_half_of_the_budget():
+  assert protocol.plateau_status(_run(0, 1e-3, 800, 300), 800) == "flat"
+  assert protocol.plateau_status(_run(0, 1e-3, 400, 1000), 400) == "learning"
+  assert protocol.plateau_status(_run(0, 1e-3, 400, 300, target=0.9), 400) == "target"
+  diverged = sweep.Run(
+    0, 1e-3, 0.1, [], [(100, math.nan, math.nan, math.nan, math.nan)], 100, "diverged"
+  )
+  assert protocol.plateau_status(diverged, 400) == "diverged"
+
+
+@pytest.fixture
+def fake_sweep(monkeypatch):
+  """sweep.train replaced by curves: `learns_by[model d_model][lr]` steps to 0.95 (a
+  model whose width is 8 never finishes within 1,000 steps at any rate); every call logged."""
+  calls = []
+
+  def train(config, replicas, log=None):
+    budget, width = int(config.total_steps), int(config.model.d_model)
+    calls.append((width, budget, sorted({r.learning_rate for r in replicas})))
+    learns_by = lambda lr: 2000 if width == 8 else 300 * 3e-3 / lr  # noqa: E731
+    runs = [_run(r.seed, r.learning_rate, budget, learns_by(r.learning_rate)) for r in replicas]
+    return sweep.SweepResult(config, runs, None, 0.25, "1/K", 0.0, 0.0, budget)
+
+  monkeypatch.setattr(protocol.sweep, "train", train)
+  return calls
+
+
+def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fake_sweep):
+  config = _config(learning_rates=(3e-3,), total_steps=200, step_cap=800)
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  r = protocol.train_arm(arm, config, log=lambda t: None)
+  # 200 and 400 steps: still climbing over the last half (0.95 at 300); 800: flat.
+  assert [b for _, b, _ in fake_sweep] == [200, 400, 800] and r.budget == 800
+  assert r.plateaued() and set(r.plateau()) == {"flat"}
+  weak = protocol.Arm("weak", "s", "transformer", arm.task, {"d_model": 8})
+  w = protocol.train_arm(weak, config, log=lambda t: None)
+  assert w.budget == 800 and not w.plateaued()  # the cap, still learning
+  trained = protocol.Trained([r, w])
+  m = trained.metrics()
+  holds = report.every_seed(
+    "weak learns", m["accuracy"]["weak"]["s"], lambda a: a >= 0.0, reads=[("weak", "s")]
+  )
+  assert holds.verdict == report.SUPPORTED
+  protocol.gate([holds], trained)
+  assert holds.verdict == report.UNRESOLVED
+  assert holds.note == "still learning at 800 steps: weak @ s"
+  assert m["plateau"]["weak"]["s"] == ["learning"] * 4
+
+
+def test_a_rate_selected_at_an_edge_extends_the_grid_up_to_its_cap(fake_sweep):
+  # Faster is better up to 9e-3 (0.95 by step 100); 0.027 ties it, so 9e-3 is interior.
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  config = _config(learning_rates=(1e-3, 3e-3), lr_cap=(1e-4, 3e-2), total_steps=200)
+  r = protocol.train_arm(arm, config, log=lambda t: None)
+  assert r.learning_rates == [1e-3, 3e-3, 9e-3, 0.027] and r.selected == (9e-3, 0.1)
+  assert [h.get("learning_rate") for h in r.history] == [9e-3, 0.027]
+  capped = _config(learning_rates=(1e-3, 3e-3), lr_cap=(1e-4, 1e-2), total_steps=200)
+  r = protocol.train_arm(arm, capped, log=lambda t: None)
+  assert r.learning_rates == [1e-3, 3e-3, 9e-3] and r.selected == (9e-3, 0.1)
+  assert "passes lr_cap" in r.history[-1]["what"]  # still at the edge: recorded
+  no_cap = protocol.train_arm(
+    arm, _config(learning_rates=(1e-3, 3e-3), total_steps=200), log=lambda t: None
+  )
+  assert no_cap.learning_rates == [1e-3, 3e-3]
+  assert [h["what"] for h in no_cap.history if "learning_rate" in h] == []
+
+
+def test_selection_reads_only_the_exploratory_seeds(fake_sweep):
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  r = protocol.train_arm(arm, _config(total_steps=200), log=lambda t: None)
+  runs = r.runs
+  for x in runs:  # the confirmatory seeds favour the other rate: the selection ignores them
+    if x.seed != 100 and x.learning_rate == 3e-3:
+      x.evals = [(s, 1.0, 0.0, 1.0, 0.0) for s, *_ in x.evals]
+  assert protocol.select([x for x in runs if x.seed == 100]) == r.selected == (3e-3, 0.1)
+  assert protocol.select(runs) == (1e-3, 0.1)
+
+
+def test_run_records_design_commit_plateau_per_rate_and_falsification(fake_sweep, tmp_path):
+  module = _module(total_steps=400, step_cap=800)
+  result = protocol.run(
+    module, module.get_config("quick"), str(tmp_path), "quick", log=lambda t: None
+  )
+  data = result.to_json()
+  design = protocol.design(module, "quick")
+  assert data["design"] == design.record() | {"config_as_registered": True}
+  assert data["commit"] and data["seeds"] == [0, 1, 2] and data["exploratory_seeds"] == [100]
+  # model: learns at 3e-3 by 300 steps (plateau at 400); weak: never, so its reading is
+  # unresolved and with it the verdict: the falsification arm cannot be shown rejected.
+  assert [c["verdict"] for c in data["criteria"]] == [report.SUPPORTED]
+  assert [c["verdict"] for c in data["falsification"]] == [report.UNRESOLVED]
+  assert "still learning at 800 steps: weak @ s" in data["falsification"][0]["note"]
+  assert data["verdict"] == report.UNRESOLVED
+  assert [r["learning_rate"] for r in data["per_rate"]] == [1e-3, 3e-3]
+  assert {r["criteria"]["learns"] for r in data["per_rate"]} <= set(report.VERDICTS)
+  assert {r["metrics"]["plateau"] for r in data["runs"] if r["model"] == "weak"} == {"learning"}
+  assert {r["seeds"] for r in data["runs"]} == {"exploratory", "confirmatory"}
+  assert data["checks"][0]["tag"] == "identity"
+  json.dumps(data)  # serialisable as is
+  text = open(report.write([result], str(tmp_path))).read()
+  assert "**Plateau**" in text and "**Falsification**" in text and "**Checks**" in text
+
+
+def test_run_refuses_a_criterion_its_design_does_not_register(fake_sweep, tmp_path):
+  module = _module()
+  module.criteria = lambda metrics, config: [report.Criterion("unregistered", True)]
+  with pytest.raises(ladder.ConfigError, match="not registered"):
+    protocol.run(module, module.get_config("quick"), str(tmp_path), "quick", log=lambda t: None)
+
+
+def test_an_at_init_criterion_must_be_read_as_trained_minus_untrained(fake_sweep, tmp_path):
+  module = _module()
+  module.SPECS = (protocol.Spec("learns", "d", threshold=0.9, reads=("model",), at_init=True),)
+  with pytest.raises(ladder.ConfigError, match="trained minus untrained"):
+    protocol.run(module, module.get_config("quick"), str(tmp_path), "quick", log=lambda t: None)
