@@ -444,9 +444,19 @@ def arms(law):
   return out
 
 
+_STATES = {}  # the law's JSON -> states(law): measure() runs once per seed view and rate
+
+
 def states(law):
   """{family: {knob: state floats}} counted from each model's real cache at L = seq_len
   (every knob of every family, the attention and falsification arms included)."""
+  key = json.dumps(law.to_dict(), sort_keys=True, default=str)
+  if key not in _STATES:
+    _STATES[key] = _count_states(law)
+  return _STATES[key]
+
+
+def _count_states(law):
   out = {}
   named = dict(law.knobs)
   for family, knob in (law.attention, law.falsification):
@@ -495,8 +505,11 @@ def readings(metrics, law):
   return out
 
 
-def reads_of(law, family):
-  """The (model, setting) arms a family's criterion reads (their plateau decides it)."""
+def reads_of(law, family, reading=None):
+  """The (model, setting) arms a family's criterion reads, whose plateau decides it: the
+  points its walk trained (with no reading: every point the design trains for it)."""
+  if reading is not None and "points" in reading:
+    return tuple((family, setting(law, family, p["knob"], p["K"])) for p in reading["points"])
   return tuple((family, setting(law, family, kn, k)) for kn, k in trained_points(law, family))
 
 
@@ -555,7 +568,7 @@ def growth(reading, law, family):
     "of seed resamples",
     verdict=verdict,
     name=f"{family}_grows",
-    reads=reads_of(law, family),
+    reads=reads_of(law, family, reading),
     note=note,
   )
 

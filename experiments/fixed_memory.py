@@ -46,33 +46,80 @@ CLAIM = (
 )
 
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+_REACH = f"reaches {capacity.REACHES} adjusted (mean over seeds)"
+SPECS = (
+  tuple(
+    protocol.Spec(
+      f"{family}_learns",
+      f"{family} learns the smallest K: its best trained state {_REACH}",
+      threshold=capacity.REACHES,
+      reads=(family,),
+      control=True,
+    )
+    for family in ("lstm", "linear_attention")
+  )
+  + tuple(
+    protocol.Spec(
+      f"{family}_grows",
+      f"{family}: the largest state fails at some K, and the smallest state that {_REACH} is "
+      f"larger at the largest K tried than at the smallest, in >= {capacity.GROWTH_SHARE:.1%} of "
+      "seed resamples",
+      threshold=capacity.GROWTH_SHARE,
+      reads=(family,),
+    )
+    for family in ("lstm", "linear_attention")
+  )
+  + (
+    protocol.Spec(
+      "attention_recalls",
+      f"attention at a small width reaches {capacity.REACHES} adjusted at every K, every seed",
+      threshold=capacity.REACHES,
+      reads=(capacity.ATTENTION_ARM,),
+    ),
+  )
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    capacity.FALSIFICATION_ARM,
+    "attention_recalls",
+    "linear attention at a tiny feature dimension, trained at every K, read as attention",
+  ),
+)
+
+
 def get_config(size="quick"):
-  c = protocol.set_sweep_defaults(ml_collections.ConfigDict(), 600)
+  c = protocol.set_sweep_defaults(ml_collections.ConfigDict(), 800)
   c.law = capacity.default_law()
   law = c.law
-  c.batch_size = 32
-  if size == "tiny":  # the tests: seconds
+  # quick (`make run`'s smoke run): linear attention and attention only, short L and K; the
+  # LSTM learns MQAR in thousands of steps (sizing: 2,800 steps to 0.99 at K = 2, N = 64)
+  law.vocab_size, law.seq_len, law.width, law.pairs = 32, 16, 16, (2, 4)
+  law.knobs = {"linear_attention": (2, 8)}
+  law.claimed = ("linear_attention",)
+  law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
+  if size == "tiny":  # the tests: seconds (3 compiled programs; the LSTM's law: unit tests)
     law.vocab_size, law.seq_len, law.width, law.pairs = 16, 16, 8, (2, 4)
-    law.knobs = {"lstm": (4, 8), "linear_attention": (2, 4)}
+    law.knobs = {"linear_attention": (2, 4)}
     law.attention, law.falsification = ("attention", 8), ("linear_attention", 2)
     law.num_examples, law.num_test_examples = 64, 32
-    c.seeds, c.learning_rates = (0, 1), (3e-3,)
-    c.total_steps, c.eval_every, c.warmup_steps, c.batch_size = 4, 2, 1, 8
-  elif size == "quick":
-    law.vocab_size, law.seq_len, law.width, law.pairs = 32, 32, 16, (2, 8)
-    law.knobs = {"lstm": (16, 64), "linear_attention": (4, 16)}
-    law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
+    c.exploratory_seeds, c.confirmatory_seeds = (100,), (0, 1)
+    c.total_steps, c.step_cap, c.eval_every, c.warmup_steps, c.batch_size = 4, 4, 2, 1, 8
   elif size == "full":
-    law.vocab_size, law.seq_len, law.width, law.pairs = 64, 64, 32, (2, 4, 8, 16)
-    law.knobs = {
-      "lstm": (16, 32, 64, 128, 256),
-      "linear_attention": (4, 8, 16, 32),
-      "elman": (64, 256),
-    }
-    law.reported = ("elman",)
+    # Sizing (exploratory seed 100, V = 32, L = 32, batch 32; docs/experiments.md): attention
+    # D = 16 reached 0.995 at K = 8 by step 1,000 at 3e-3 (at 1e-2 it stayed at 0.21); the
+    # LSTM N = 64 0.99 at K = 2 by step 2,800 at 1e-2; linear attention r = 16 0.96 at K = 8,
+    # r = 4 the 1/K guess at K = 2 after 3,000 steps. So K grows to 16 (V = 64, L = 64) for
+    # r = 16 and 32 to meet a K they fail
+    law.vocab_size, law.seq_len, law.width, law.pairs = 64, 64, 16, (2, 4, 8, 16)
+    law.knobs = {"lstm": (16, 64, 256), "linear_attention": (4, 8, 16, 32), "elman": (256,)}
+    law.points = {"elman": ((256, 2),)}  # learns at all? else "not learning"
+    law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
     law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps = 1500
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.step_cap, c.eval_every, c.warmup_steps = 3000, 6000, 100, 100
   elif size == "accel":  # Zoology's Figure 2 scale
     law.vocab_size, law.seq_len, law.width, law.pairs = 8192, 256, 128, (4, 8, 16, 32, 64)
     law.knobs = {
@@ -80,12 +127,14 @@ def get_config(size="quick"):
       "linear_attention": (8, 16, 32, 64, 128),
       "elman": (256, 1024),
     }
-    law.reported = ("elman",)
+    law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
     law.attention, law.falsification = ("attention", 64), ("linear_attention", 4)
     law.num_examples, law.num_test_examples = 100_000, 2000
-    c.learning_rates = (1e-4, 4.6e-4, 2.2e-3, 1e-2)
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    c.learning_rates, c.lr_cap = (1e-4, 4.6e-4, 2.2e-3, 1e-2), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
-  else:
+    c.step_cap = 40_000
+  elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
   return c
 
