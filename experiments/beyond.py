@@ -75,6 +75,65 @@ TIME_QUADRATIC = 1.5  # dense CPU-time slope >= (time is noisier than memory)
 RECALLS = 0.9  # accuracy counted as recall
 AT_CHANCE = 0.1  # chance-adjusted accuracy counted as chance
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "full_recalls",
+    f"full attention recalls the needle at every distance: accuracy >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=("full",),
+    control=True,
+  ),
+  protocol.Spec(
+    "linear_attention_learns",
+    f"linear attention learns the smallest K: its best state reaches {RECALLS} adjusted (mean)",
+    threshold=RECALLS,
+    reads=("linear_attention",),
+    control=True,
+  ),
+  protocol.Spec(
+    "memory_slopes",
+    f"memory slope of dense >= {QUADRATIC}, of blockwise / sliding_window / linear <= {LINEAR}",
+    threshold=QUADRATIC,
+  ),
+  protocol.Spec(
+    "cpu_time_slopes",
+    f"CPU-time slope of dense >= {TIME_QUADRATIC}, of the sliding window <= {LINEAR}",
+    threshold=TIME_QUADRATIC,
+  ),
+  *(
+    protocol.Spec(
+      f"window_x{n}_{side}",
+      f"the {n}-layer window: accuracy >= {RECALLS} within its reach"
+      if side == "within"
+      else f"the {n}-layer window: adjusted accuracy <= {AT_CHANCE} beyond its reach",
+      threshold=RECALLS if side == "within" else AT_CHANCE,
+    )
+    for n in (1, 2)
+    for side in ("within", "beyond")
+  ),
+  protocol.Spec(
+    "linear_attention_grows",
+    "linear attention: the largest feature dimension fails at some K, and the smallest state "
+    f"reaching {RECALLS} adjusted grows with K (capacity.growth)",
+    threshold=capacity.GROWTH_SHARE,
+    reads=("linear_attention",),
+  ),
+  protocol.Spec(
+    "attention_recalls",
+    f"softmax attention reaches {RECALLS} adjusted at every K, every seed",
+    threshold=RECALLS,
+    reads=(capacity.ATTENTION_ARM,),
+  ),
+  protocol.Spec("blockwise_faster", "accel: blockwise runs faster than dense at the largest L"),
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    "window x1", "window_x1_within", "the one-layer window read as recalling past its reach"
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -106,11 +165,13 @@ def get_config(size="quick"):
   c.capacity = False
   c.law = capacity_law("quick")
   # the sweep protocol
-  c.seeds = (0, 1, 2)
+  c.exploratory_seeds = (100,)  # selection and sizing
+  c.confirmatory_seeds = (0, 1, 2)  # the verdict of record
   c.learning_rates = (3e-3,)  # unused: every arm names its own grid
   c.weight_decays = (0.1,)
   c.batch_size = 64
   c.total_steps = 250  # upper bound per arm; early stop at early_stop_accuracy
+  c.step_cap = 250  # quick: no budget growth (a window past its reach plateaus at chance)
   c.warmup_steps = 30
   c.eval_every = 50
   c.early_stop_accuracy = 0.97
@@ -121,9 +182,10 @@ def get_config(size="quick"):
     c.kernels, c.lengths, c.repeats = ("dense", "sliding_window"), (64, 128), 1
     c.block_size, c.bench_window = 32, 16
     c.needle_len, c.distances, c.window, c.needle_width = 16, (2, 8), 4, 8
-    c.window_layers = (2,)
+    c.window_layers = (1,)
     c.law = capacity_law("tiny")
-    c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 2, 2, 1
+    c.exploratory_seeds, c.confirmatory_seeds = (100,), (0,)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 2, 2, 1, 2
     c.needle_steps, c.num_examples, c.num_test_examples = 2, 64, 32
   elif size == "full":
     # Cut to fit the full budget after the full run of 2026-12-01 (beyond: 23 min): within
@@ -135,6 +197,8 @@ def get_config(size="quick"):
     c.capacity, c.law = True, capacity_law("full")
     c.needle_learning_rates = protocol.FULL_LEARNING_RATES
     c.needle_steps, c.total_steps, c.num_examples = 500, 1000, 20_000
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    c.step_cap, c.lr_cap = 1000, (1e-4, 3e-2)
   elif size == "accel":
     c.kernels = (*KERNELS, "dot_product", "block_sparse")
     c.lengths = (2048, 4096, 8192, 16384, 32768)
@@ -144,7 +208,8 @@ def get_config(size="quick"):
     c.capacity, c.law = True, capacity_law("accel")
     c.needle_learning_rates = (3e-3, 1e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 128, 5000, 250, 500
-    c.needle_steps = 5000
+    c.needle_steps, c.step_cap = 5000, 10_000
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
     c.num_examples, c.num_test_examples = 50_000, 1000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -198,9 +263,11 @@ def capacity_law(size):
   law = config.law
   law.schedule = {f: config[f] for f in protocol.SCHEDULE if f in config}
   law.learning_rates = tuple(config.learning_rates)
+  law.step_cap = config.step_cap
   law.knobs = {"linear_attention": law.knobs["linear_attention"]}
   law.points = {f: p for f, p in law.points.items() if f == "linear_attention"}
   law.claimed, law.reported = ("linear_attention",), ()
+  law.falsification = None  # beyond's falsification arm is the needle window's
   return law
 
 
@@ -332,6 +399,8 @@ def controls(metrics, config):
       "its lowest)",
       lowest(acc["full"][needle_setting(d)] for d in config.distances),
       lambda a: a >= RECALLS,
+      name="full_recalls",
+      reads=tuple(("full", needle_setting(d)) for d in config.distances),
     )
   ]
   return out + (capacity.controls(metrics, config.law) if config.capacity else [])
@@ -345,35 +414,17 @@ def criteria(metrics, config):
       f"~L (slope <= {LINEAR})",
       mem["dense"] >= QUADRATIC and all(mem[k] <= LINEAR for k in LINEAR_IN_L if k in mem),
       {f"{k}_memory_slope": v for k, v in mem.items()},
+      name="memory_slopes",
     ),
     report.Criterion(
       f"CPU time: dense slope >= {TIME_QUADRATIC}, sliding_window slope <= {LINEAR}",
       cpu["dense"] >= TIME_QUADRATIC and cpu["sliding_window"] <= LINEAR,
       {f"{k}_time_slope": v for k, v in cpu.items()},
+      name="cpu_time_slopes",
     ),
   ]
-  reach = metrics["reach"]
   for layers in config.window_layers:
-    name = window_name(config, layers)
-    acc, adj = metrics["accuracy"][name], metrics["adjusted"][name]
-    within = [d for d in config.distances if d <= reach[name]]
-    beyond = [d for d in config.distances if d > reach[name]]
-    out.append(
-      report.every_seed(
-        f"{name} (reach {reach[name]}): accuracy >= {RECALLS} at every distance within "
-        f"{within} (per seed: its lowest)",
-        lowest(acc[needle_setting(d)] for d in within) if within else [],
-        lambda a: a >= RECALLS,
-      )
-    )
-    out.append(
-      report.every_seed(
-        f"{name}: at chance beyond its reach, adjusted accuracy <= {AT_CHANCE} at {beyond} "
-        "(per seed: its highest)",
-        highest(adj[needle_setting(d)] for d in beyond) if beyond else [],
-        lambda a: a <= AT_CHANCE,
-      )
-    )
+    out += [within_reach(metrics, config, layers), beyond_reach(metrics, config, layers)]
   if config.capacity:
     out += capacity.criteria(metrics, config.law)
   if config.time_verdict:
@@ -384,15 +435,48 @@ def criteria(metrics, config):
         "dense reported beside it)",
         over["blockwise"] < 1.0,
         {f"{k}_time_over_dense": v for k, v in over.items()},
+        name="blockwise_faster",
       )
     )
   return out
 
 
+def within_reach(metrics, config, layers, distances=None):
+  """The window of `layers` layers recalls (>= RECALLS, every seed's lowest) at every
+  distance within its reach (or at `distances`: the falsification reading)."""
+  name, reach = window_name(config, layers), metrics["reach"][window_name(config, layers)]
+  within = [d for d in config.distances if d <= reach] if distances is None else list(distances)
+  acc = metrics["accuracy"][name]
+  return report.every_seed(
+    f"{name} (reach {reach}): accuracy >= {RECALLS} at every distance in {within} (per seed: "
+    "its lowest)",
+    lowest(acc[needle_setting(d)] for d in within) if within else [],
+    lambda a: a >= RECALLS,
+    name=f"window_x{layers}_within",
+    reads=tuple((name, needle_setting(d)) for d in within),
+  )
+
+
+def beyond_reach(metrics, config, layers):
+  name, reach = window_name(config, layers), metrics["reach"][window_name(config, layers)]
+  beyond = [d for d in config.distances if d > reach]
+  adj = metrics["adjusted"][name]
+  return report.every_seed(
+    f"{name}: at chance beyond its reach, adjusted accuracy <= {AT_CHANCE} at {beyond} "
+    "(per seed: its highest)",
+    highest(adj[needle_setting(d)] for d in beyond) if beyond else [],
+    lambda a: a <= AT_CHANCE,
+    name=f"window_x{layers}_beyond",
+    reads=tuple((name, needle_setting(d)) for d in beyond),
+  )
+
+
 def falsification(metrics, config):
-  """The softmax criterion of the capacity law on linear attention at a tiny feature
-  dimension: it must be REFUTED (none without the capacity part)."""
-  return capacity.falsification(metrics, config.law) if config.capacity else []
+  """The one-layer window's within-reach criterion read at the distances beyond its reach:
+  it must be REFUTED (a window that recalls past its reach would make the reach criterion
+  unable to tell). The capacity law's own falsification arm is fixed_memory's."""
+  reach = metrics["reach"][window_name(config, 1)]
+  return [within_reach(metrics, config, 1, [d for d in config.distances if d > reach])]
 
 
 # --- plots -----------------------------------------------------------------------------------

@@ -376,7 +376,9 @@ def default_law():
   c.claimed = ("lstm", "linear_attention")  # fixed-state families the growth claim reads
   c.reported = ()  # families whose law is reported beside, not judged (e.g. elman)
   c.attention = ("attention", 16)  # (family, knob): attention from a small width
-  c.falsification = ("linear_attention", 2)  # (family, knob) the attention criterion rejects
+  # (family, knob) the attention criterion must reject; None: not trained (an experiment that
+  # declares another falsification arm)
+  c.falsification = ("linear_attention", 2)
   c.num_examples = 20_000
   c.num_test_examples = 512
   c.data_seed = 0
@@ -384,11 +386,21 @@ def default_law():
   # inside another experiment's config (beyond); empty / None: the experiment's own
   c.schedule = {}
   c.learning_rates = None
+  c.step_cap = None  # None: the experiment's step_cap
   return c
 
 
 ATTENTION_ARM = "attention"  # model names of the two arms read at every K
 FALSIFICATION_ARM = "falsification"
+
+
+def everywhere(law):
+  """[(model, family, knob)] of the arms trained at every K: attention, and the falsification
+  arm when the law has one."""
+  out = [(ATTENTION_ARM, *law.attention)]
+  if law.falsification is not None:
+    out.append((FALSIFICATION_ARM, *law.falsification))
+  return out
 
 
 def setting(law, family, knob, pairs):
@@ -431,15 +443,13 @@ def arms(law):
       fields,
       train=dict(law.schedule),
       learning_rates=tuple(law.learning_rates) if law.learning_rates else None,
+      step_cap=law.step_cap,
     )
 
   out = []
   for family in (*law.claimed, *law.reported):
     out += [arm(family, family, knob, k) for knob, k in trained_points(law, family)]
-  for model, (family, knob) in (
-    (ATTENTION_ARM, law.attention),
-    (FALSIFICATION_ARM, law.falsification),
-  ):
+  for model, family, knob in everywhere(law):
     out += [arm(model, family, knob, k) for k in law.pairs]
   return out
 
@@ -459,7 +469,7 @@ def states(law):
 def _count_states(law):
   out = {}
   named = dict(law.knobs)
-  for family, knob in (law.attention, law.falsification):
+  for _, family, knob in everywhere(law):
     named[family] = tuple(sorted({*named.get(family, ()), knob}))
   for family, knobs in named.items():
     fields = lambda knob, f=family: model_fields(  # noqa: E731
@@ -634,7 +644,10 @@ def criteria(metrics, law):
 
 
 def falsification(metrics, law):
-  """The attention criterion computed on the falsification arm: it must be REFUTED."""
+  """The attention criterion computed on the falsification arm: it must be REFUTED (none if
+  the law has no falsification arm)."""
+  if law.falsification is None:
+    return []
   family, knob = law.falsification
   return [recalls_everywhere(metrics, law, FALSIFICATION_ARM, family, knob, "attention_recalls")]
 
@@ -655,10 +668,7 @@ def section(metrics, law, workdir, name):
     for f, r in found.items()
     if "fit" not in r
   ]
-  for model, (family, knob) in (
-    (ATTENTION_ARM, law.attention),
-    (FALSIFICATION_ARM, law.falsification),
-  ):
+  for model, family, knob in everywhere(law):
     row = {"model": f"{model} ({FAMILIES[family].knob}={knob})"}
     row["state"] = metrics["state_floats"][family][str(knob)]
     for k in law.pairs:
@@ -672,10 +682,7 @@ def section(metrics, law, workdir, name):
   fig = harness.figure(width=6.5, height=4.5)
   ax = fig.add_subplot(1, 1, 1)
   plot(ax, {f: r for f, r in found.items() if "fit" in r}, law.vocab_size, law.pairs)
-  for model, (family, knob), marker in (
-    (ATTENTION_ARM, law.attention, "s"),
-    (FALSIFICATION_ARM, law.falsification, "x"),
-  ):
+  for (model, family, knob), marker in zip(everywhere(law), "sx", strict=False):
     state = metrics["state_floats"][family][str(knob)]
     hit = [
       k for k in law.pairs if reaches(metrics["adjusted"][model][setting(law, family, knob, k)])

@@ -47,7 +47,7 @@ CLAIM = (
 
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 1
+VERSION = 2
 _REACH = f"reaches {capacity.REACHES} adjusted (mean over seeds)"
 SPECS = (
   tuple(

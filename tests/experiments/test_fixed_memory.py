@@ -170,7 +170,10 @@ def test_tiny_run_trains_every_arm_and_reads_the_law(tmp_path):
   assert result.metrics["state_floats"]["linear_attention"] == {"2": 2 * 2 * 3, "4": 2 * 4 * 5}
   assert len(result.controls) == 1 and len(result.criteria) == 2
   assert [c.name for c in result.falsification] == ["attention_recalls"]
-  assert result.design["experiment"] == fixed_memory.NAME and result.design["version"] == 1
+  assert (
+    result.design["experiment"] == fixed_memory.NAME
+    and result.design["version"] == fixed_memory.VERSION
+  )
   assert harness.finite(result.metrics["accuracy"])
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000
