@@ -66,6 +66,50 @@ FRONT_MARGIN = 0.05  # (b) a scorer with fewer key bytes beating r = D/4 by more
 CONTROL_LEARNS = 0.8  # bilinear adjusted accuracy >= this, every seed
 CONTROL_TRADE_OFF = 0.1  # bilinear - smallest rank (adjusted) >= this, every seed
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "bilinear_learns",
+    f"the full-rank (bilinear) model learns: adjusted >= {CONTROL_LEARNS}, every seed",
+    threshold=CONTROL_LEARNS,
+    reads=("bilinear",),
+    control=True,
+  ),
+  protocol.Spec(
+    "rank_matters",
+    f"bilinear - the smallest rank >= {CONTROL_TRADE_OFF} adjusted, every seed",
+    threshold=CONTROL_TRADE_OFF,
+    control=True,
+  ),
+  protocol.Spec(
+    "quarter_rank_within",
+    f"bilinear - r = D/4 <= {WITHIN} adjusted, every seed",
+    threshold=WITHIN,
+  ),
+  protocol.Spec(
+    "quarter_rank_on_front",
+    f"no scorer with fewer key bytes beats r = D/4 by more than {FRONT_MARGIN}, every seed",
+    threshold=FRONT_MARGIN,
+  ),
+)
+CHECKS = (
+  protocol.Spec(
+    "cache_bytes",
+    "each trained model's decoding cache holds the bytes decode.cache_bytes_formula states, "
+    "and the article's 10 GB / 2 GB arithmetic",
+    tag="identity",
+    test="tests/experiments/test_cache.py",
+  ),
+)
+# The smallest rank of the grid (r = 1 at quick and full), read by the "within D/4's margin
+# of full rank" criterion in place of r = D/4: it must be rejected.
+FALSIFICATION = (
+  protocol.Falsification(
+    "the smallest rank", "quarter_rank_within", "a rank-1 scorer at quick and full"
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -77,23 +121,25 @@ def get_config(size="quick"):
   c.seq_len = 16  # L: also the length of the measured decoding caches
   c.num_kv_pairs = 4  # K pairs per example (chance 1/K)
   protocol.set_sweep_defaults(c, total_steps=400)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.decode_batch = 8  # test prompts prefilled into the measured caches
   if size == "tiny":  # the tests: seconds
     c.d_model, c.num_layers, c.ranks, c.seq_len, c.num_kv_pairs = 16, 1, (2, 4), 8, 2
-    c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 4, 2, 1
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
     c.num_examples, c.num_test_examples, c.decode_batch = 64, 32, 2
   elif size == "full":
     c.vocab_size, c.seq_len, c.num_kv_pairs = 128, 32, 8
     # r = 64 (= D) matched the bilinear scorer at the most cost in the full run of
     # 2026-12-01; r = 2 is the knee (0.86-0.98 against r = 1's 0.05-0.07)
     c.ranks = (1, 2, 4, 16)
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every = 1500, 250
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.eval_every, c.step_cap = 1500, 250, 3000
   elif size == "accel":
     c.d_model, c.num_heads, c.ranks = 256, 4, (2, 8, 32, 64, 256)
     c.vocab_size, c.seq_len, c.num_kv_pairs = 1024, 128, 16
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 10_000, 500, 500
+    c.step_cap = 20_000
     c.num_examples, c.num_test_examples = 100_000, 2000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -289,12 +335,16 @@ def controls(metrics, config):
       f"the full-rank (bilinear) model learns: adjusted accuracy >= {CONTROL_LEARNS}",
       adj["bilinear"][key],
       lambda a: a >= CONTROL_LEARNS,
+      name="bilinear_learns",
+      reads=[("bilinear", key)],
     ),
     report.every_seed(
       f"the task shows a trade-off: bilinear - {smallest} (the smallest rank) >= "
       f"{CONTROL_TRADE_OFF} adjusted accuracy",
       [f - s for f, s in zip(adj["bilinear"][key], adj[smallest][key], strict=True)],
       lambda d: d >= CONTROL_TRADE_OFF,
+      name="rank_matters",
+      reads=[("bilinear", key), (smallest, key)],
     ),
   ]
 
@@ -311,20 +361,37 @@ def criteria(metrics, config):
     for i in range(len(at_q))
   ]
   return [
-    report.every_seed(
-      f"low-rank keys at r = D/4 = {quarter(config)} recall within {WITHIN} of full rank: "
-      f"adjusted accuracy bilinear - {q} <= {WITHIN}",
-      [f - x for f, x in zip(adj["bilinear"][key], at_q, strict=True)],
-      lambda d: d <= WITHIN,
-    ),
+    _within(metrics, config, quarter(config)),
     report.every_seed(
       f"{q} is on the bytes-vs-accuracy front: no scorer with fewer key bytes "
       f"({', '.join(cheaper)}) beats it by more than {FRONT_MARGIN} adjusted accuracy "
       "(per seed: the best cheaper one minus it)",
       best_cheaper,
       lambda d: d <= FRONT_MARGIN,
+      name="quarter_rank_on_front",
+      reads=[(m, key) for m in [q, *cheaper]],
     ),
   ]
+
+
+def _within(metrics, config, rank):
+  """The "within WITHIN of full rank" criterion, read on the scorer of rank `rank`."""
+  key = setting(config)
+  adj = metrics["adjusted"]
+  name = model_name(rank)
+  return report.every_seed(
+    f"low-rank keys at r = {rank} recall within {WITHIN} of full rank: adjusted accuracy "
+    f"bilinear - {name} <= {WITHIN}",
+    [f - x for f, x in zip(adj["bilinear"][key], adj[name][key], strict=True)],
+    lambda d: d <= WITHIN,
+    name="quarter_rank_within",
+    reads=[("bilinear", key), (name, key)],
+  )
+
+
+def falsification(metrics, config):
+  """The smallest rank, read by the "within the margin of full rank" criterion: it must fail."""
+  return [_within(metrics, config, min(config.ranks))]
 
 
 def measure(config, trained, workdir):

@@ -54,6 +54,41 @@ CONTROL_LEARNS = 0.8  # summed heads: adjusted accuracy >= this, every seed
 CONTROL_MATTERS = 0.1  # best - worst split of the grid (adjusted) >= this, every seed
 WITHIN = 0.05  # (a) summed - concat at r = D/4 <= this; (b) best split - fewest heads <= this
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "summed_learns",
+    f"summed heads learn the task: adjusted >= {CONTROL_LEARNS}, every seed",
+    threshold=CONTROL_LEARNS,
+    reads=(SUMMED,),
+    control=True,
+  ),
+  protocol.Spec(
+    "split_matters",
+    f"the best split beats the worst by >= {CONTROL_MATTERS} adjusted, every seed",
+    threshold=CONTROL_MATTERS,
+    control=True,
+  ),
+  protocol.Spec(
+    "rank_r_values_hold",
+    f"summed heads - concat + Wo at r = D/4 <= {WITHIN} adjusted, every seed",
+    threshold=WITHIN,
+  ),
+  protocol.Spec(
+    "fewest_heads_not_beaten",
+    f"no split beats the fewest, widest heads by more than {WITHIN} adjusted, every seed",
+    threshold=WITHIN,
+  ),
+)
+# The narrowest split of the grid (quick and full: 16 heads of rank 4), read by the "rank-r
+# values hold recall" criterion in place of r = D/4: it must be rejected.
+FALSIFICATION = (
+  protocol.Falsification(
+    "the most heads of the grid", "rank_r_values_hold", "16 heads of rank 4 at quick / full"
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -66,22 +101,24 @@ def get_config(size="quick"):
   c.seq_len = 16  # L
   c.num_kv_pairs = 4  # K (chance 1/K)
   protocol.set_sweep_defaults(c, total_steps=400)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.decode_batch = 8  # test prompts prefilled into the measured caches
   if size == "tiny":  # the tests: seconds
     c.d_model, c.budget, c.heads_grid, c.num_layers, c.seq_len = 16, 16, (4, 8), 1, 8
-    c.num_kv_pairs, c.seeds, c.batch_size, c.total_steps = 2, (0, 1), 8, 4
+    c.num_kv_pairs, c.batch_size, c.total_steps, c.step_cap = 2, 8, 4, 4
     c.eval_every, c.warmup_steps, c.num_examples, c.num_test_examples = 2, 1, 64, 32
     c.decode_batch = 2
   elif size == "full":
     # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
     c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 4, 8, 16), 32, 8
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every = 1000, 100
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.eval_every, c.step_cap = 1000, 100, 2000
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.step_cap = 16_000
     c.num_examples, c.num_test_examples = 100_000, 2000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -151,12 +188,16 @@ def controls(metrics, config):
       f"{CONTROL_LEARNS}",
       adj[SUMMED][key],
       lambda a: a >= CONTROL_LEARNS,
+      name="summed_learns",
+      reads=[(SUMMED, key)],
     ),
     report.every_seed(
       f"the split matters on this task: at H r = {config.budget}, the best H beats the worst by "
       f">= {CONTROL_MATTERS} adjusted accuracy",
       spread,
       lambda d: d >= CONTROL_MATTERS,
+      name="split_matters",
+      reads=[(n, key) for n in grid],
     ),
   ]
 
@@ -171,23 +212,39 @@ def criteria(metrics, config):
     max(v) - f
     for v, f in zip(zip(*(adj[n][key] for n in grid), strict=True), adj[fewest][key], strict=True)
   ]
-  bytes_ = metrics.get("value_bytes", {})
   return [
-    report.every_seed(
-      f"rank-r values hold recall: adjusted accuracy of summed heads - {quarter} (r = D/4) <= "
-      f"{WITHIN}",
-      [s - q for s, q in zip(adj[SUMMED][key], adj[quarter][key], strict=True)],
-      lambda d: d <= WITHIN,
-      value_bytes_concat=bytes_.get(quarter, float("nan")),
-      value_bytes_summed=bytes_.get(SUMMED, float("nan")),
-    ),
+    _holds(metrics, config, quarter),
     report.every_seed(
       f"at a fixed parameter count no split beats the fewest, widest heads ({fewest}) by more "
       f"than {WITHIN} adjusted accuracy (per seed: the best split - {fewest})",
       best_minus_fewest,
       lambda d: d <= WITHIN,
+      name="fewest_heads_not_beaten",
+      reads=[(n, key) for n in grid],
     ),
   ]
+
+
+def _holds(metrics, config, concat):
+  """The "rank-r values hold recall" criterion, read on concat + Wo model `concat`."""
+  key = setting(config)
+  adj = metrics["adjusted"]
+  bytes_ = metrics.get("value_bytes", {})
+  return report.every_seed(
+    f"rank-r values hold recall: adjusted accuracy of summed heads - {concat} <= {WITHIN}",
+    [s - q for s, q in zip(adj[SUMMED][key], adj[concat][key], strict=True)],
+    lambda d: d <= WITHIN,
+    name="rank_r_values_hold",
+    reads=[(SUMMED, key), (concat, key)],
+    value_bytes_concat=bytes_.get(concat, float("nan")),
+    value_bytes_summed=bytes_.get(SUMMED, float("nan")),
+  )
+
+
+def falsification(metrics, config):
+  """The narrowest split, read by the "rank-r values hold recall" criterion: it must fail."""
+  most = max(config.heads_grid)
+  return [_holds(metrics, config, concat_name(most, config.budget // most))]
 
 
 def measure(config, trained, workdir):

@@ -78,6 +78,63 @@ INFORMED = 0.8  # control: additive's raw accuracy >= this x chance
 CHECK_TOLERANCE = 1e-5  # additive: share and receiver dependence are 0 up to this
 GRID_RANGE = 3.0  # the contour grid spans [-GRID_RANGE, GRID_RANGE]^2
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "additive_learns_where_answers_come_from",
+    f"additive's raw accuracy >= {INFORMED} x chance, every seed",
+    threshold=INFORMED,
+    reads=("additive",),
+    control=True,
+  ),
+  protocol.Spec(
+    "pure_recalls",
+    f"bilinear and lowrank adjusted >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=PURE,
+  ),
+  protocol.Spec(
+    "additive_fails",
+    f"additive adjusted <= {FAILS}, every seed",
+    threshold=FAILS,
+    reads=("additive",),
+  ),
+  protocol.Spec(
+    "tanh_slower",
+    f"every tanh seed slower to validation accuracy {REACHES} than every pure-form seed, each "
+    "at its fastest learning rate",
+    threshold=REACHES,
+    reads=("tanh", *PURE),
+  ),
+  protocol.Spec(
+    "pure_share_strong",
+    f"trained bilinear and lowrank interaction share >= {STRONG}",
+    threshold=STRONG,
+    reads=PURE,
+  ),
+  protocol.Spec(
+    "tanh_share_weak",
+    f"trained tanh interaction share <= {WEAK}",
+    threshold=WEAK,
+    reads=("tanh",),
+  ),
+)
+CHECKS = (
+  protocol.Spec(
+    "additive_is_source_only",
+    f"under the softmax over the sources an additive scorer gives source-only weights: the "
+    f"trained additive model's interaction share and receiver dependence are 0 (<= "
+    f"{CHECK_TOLERANCE:g}), asserted by measure()",
+    tag="architectural",
+    test="experiments/interaction.py::measure",
+  ),
+)
+# The additive scorer, read by the recall criterion: it must be rejected.
+FALSIFICATION = (
+  protocol.Falsification("additive", "pure_recalls", "g(x_i) + h(x_L): source-only weights"),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -86,11 +143,12 @@ def get_config(size="quick"):
   c.num_kv_pairs = 4  # K pairs per example, each queried once
   c.d_model = 64  # D, and the rank K of tanh and lowrank (bilinear's is D)
   c.num_layers = 2
-  c.seeds = (0, 1, 2)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 600  # the same budget for every model; early stop at early_stop_accuracy
+  c.step_cap = 600  # quick: no growth; full: x2
   c.warmup_steps = 50
   c.eval_every = 50  # also the resolution of steps-to-0.9
   c.early_stop_accuracy = 0.99
@@ -101,16 +159,17 @@ def get_config(size="quick"):
   c.grid_points = 121  # per axis of the contour grid
   if size == "tiny":
     c.d_model, c.seq_len, c.num_kv_pairs, c.vocab_size = 8, 8, 2, 16
-    c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
+    c.learning_rates = (3e-3, 1e-2)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
     c.num_examples, c.num_test_examples, c.probe_batch, c.grid_points = 64, 32, 8, 21
   elif size == "full":
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every, c.warmup_steps = 1500, 50, 100
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1500, 50, 100, 3000
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.step_cap = 16_000
     c.num_examples, c.num_test_examples, c.probe_batch = 100_000, 1024, 128
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -245,25 +304,22 @@ def controls(metrics, config):
       f"additive learns where answers come from: raw accuracy >= {INFORMED} x chance ({floor:.3g})",
       metrics["accuracy"]["additive"]["mqar"],
       lambda a: a >= floor,
+      name="additive_learns_where_answers_come_from",
+      reads=[("additive", "mqar")],
     )
   ]
 
 
 def criteria(metrics, config):
   adjusted, share, steps = metrics["adjusted"], metrics["share"], metrics["steps_to"]
-  out = [
-    report.every_seed(
-      f"{name} recalls: adjusted accuracy >= {RECALLS}",
-      adjusted[name]["mqar"],
-      lambda a: a >= RECALLS,
-    )
-    for name in PURE
-  ]
+  out = [_recalls(metrics, name) for name in PURE]
   out.append(
     report.every_seed(
       f"the additive form fails: adjusted accuracy <= {FAILS}",
       adjusted["additive"]["mqar"],
       lambda a: a <= FAILS,
+      name="additive_fails",
+      reads=[("additive", "mqar")],
     )
   )
   fastest_tanh = _fastest(steps["tanh"])
@@ -275,6 +331,8 @@ def criteria(metrics, config):
       fastest_tanh > slowest_pure,
       {f"steps_{name}": steps[name] for name in ("tanh", *PURE)},
       "every seed pair",
+      name="tanh_slower",
+      reads=[(n, "mqar") for n in ("tanh", *PURE)],
     )
   )
   out += [
@@ -282,6 +340,8 @@ def criteria(metrics, config):
       f"trained {name} scores are mostly interaction: share beyond a sum >= {STRONG}",
       share[name],
       lambda s: s >= STRONG,
+      name="pure_share_strong",
+      reads=[(name, "mqar")],
     )
     for name in PURE
   ]
@@ -290,9 +350,26 @@ def criteria(metrics, config):
       f"trained tanh scores are mostly a sum: share beyond a sum <= {WEAK}",
       share["tanh"],
       lambda s: s <= WEAK,
+      name="tanh_share_weak",
+      reads=[("tanh", "mqar")],
     )
   )
   return out
+
+
+def _recalls(metrics, name):
+  return report.every_seed(
+    f"{name} recalls: adjusted accuracy >= {RECALLS}",
+    metrics["adjusted"][name]["mqar"],
+    lambda a: a >= RECALLS,
+    name="pure_recalls",
+    reads=[(name, "mqar")],
+  )
+
+
+def falsification(metrics, config):
+  """The additive scorer, read by the recall criterion: it must be rejected."""
+  return [_recalls(metrics, "additive")]
 
 
 def _plot_contours(surfaces, share, x1, x3, workdir):

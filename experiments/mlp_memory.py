@@ -80,6 +80,55 @@ NORM_COST = 0.02  # (e): the fold with x A across a layer norm leaves >= this
 PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "w2_models_learn",
+    f"each W2-claim model: adjusted next-character accuracy >= {CONTROL_LEARNS}, every seed",
+    threshold=CONTROL_LEARNS,
+    control=True,
+  ),
+  protocol.Spec(
+    "fold_biases_nonzero",
+    f"every fold model's max |bo|, |b1| >= {CONTROL_BIAS}",
+    threshold=CONTROL_BIAS,
+    control=True,
+  ),
+  protocol.Spec(
+    "w2_helps", f"(a) loss without W2 - with W2 >= {LOSS_MARGIN}", threshold=LOSS_MARGIN
+  ),
+  protocol.Spec(
+    "width_helps", f"(b) loss at F = D - at a wider F >= {LOSS_MARGIN}", threshold=LOSS_MARGIN
+  ),
+  protocol.Spec("single_skip_folds", f"(c) single-skip fold residual <= {EXACT}", threshold=EXACT),
+  protocol.Spec(
+    "split_skip_mixer_only", f"(d) split skip, mixer-only fold >= {SKIP_COST}", threshold=SKIP_COST
+  ),
+  protocol.Spec("split_skip_with_xa", f"(d) split skip, fold with x A <= {EXACT}", threshold=EXACT),
+  protocol.Spec(
+    "norm_blocks_fold", f"(e) across a norm, fold with x A >= {NORM_COST}", threshold=NORM_COST
+  ),
+  protocol.Spec(
+    "keys_beat_controls",
+    f"(f) bigram rate - controls >= {PATTERN_MARGIN}",
+    threshold=PATTERN_MARGIN,
+  ),
+  protocol.Spec(
+    "values_beat_controls",
+    f"(g) next-token agreement - controls >= {VALUE_MARGIN}",
+    threshold=VALUE_MARGIN,
+  ),
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    "no W2, F widened to the same parameters",
+    "w2_helps",
+    "the parameter-matched arm of issue 25 item 5; proposed, not trained yet",
+    trained=False,
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -96,28 +145,31 @@ def get_config(size="quick"):
   c.probe_sequences = 512  # training windows scanned by the probe
   c.shown_units = 4  # units listed in the report's table
   c.context_chars = 16  # characters of context shown before the marked one
-  c.seeds = (0, 1, 2)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 300
   c.warmup_steps = 50
-  c.eval_every = 300  # no early stop on text: one eval at the end is all selection reads
+  c.eval_every = 100  # no early stop on text: the plateau reads the last half's evaluations
+  c.step_cap = 300  # quick: no growth; full: x2
   c.probe_seed = 0  # picks the probe's windows and random directions
   if size == "tiny":  # the tests: seconds
     c.corpus = "jaxformer/math/*.py"
     c.seq_len, c.stride, c.d_model, c.widths, c.num_layers = 16, 16, 16, (16,), 1
-    c.seeds, c.total_steps, c.fold_steps, c.eval_every, c.warmup_steps = (0, 1), 4, 2, 2, 1
+    c.total_steps, c.fold_steps, c.eval_every, c.warmup_steps, c.step_cap = 4, 2, 2, 1, 4
     c.batch_size, c.fold_sequences, c.probe_sequences, c.top_k = 8, 16, 32, 4
   elif size == "full":
     c.widths = (64, 256)
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.fold_steps, c.eval_every = 1500, 500, 1500
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.fold_steps, c.eval_every, c.step_cap = 1500, 500, 250, 3000
   elif size == "accel":
     c.seq_len, c.stride, c.d_model, c.num_heads, c.num_layers = 256, 64, 256, 4, 4
     c.widths, c.fold_steps, c.probe_sequences = (256, 1024), 2000, 4096
     c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 64, 5000, 5000, 200
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 64, 5000, 500, 200
+    c.step_cap = 10_000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
   return c
@@ -305,7 +357,7 @@ def measure(config, trained, workdir):
   windows = read_windows(train_ds, rng.choice(len(train_ds), count, replace=False))
   init = jax.jit(lambda key: nn.meta.unbox(model.init(key, windows[0][:1]))["params"])
   probes = []
-  for seed, params in zip(config.seeds, arm.params(), strict=True):
+  for seed, params in zip(trained.seeds_in_view(), arm.params(), strict=True):
     untrained = init(jax.random.key(seed))
     probes.append(
       probe_seed(
@@ -345,7 +397,7 @@ def measure(config, trained, workdir):
       "per seed": metrics["probe_keys_unigram"],
     }
   ]
-  table += _examples(config, train_ds, windows[0], probes[0]["tops"], layer)
+  table += _examples(config, train_ds, windows[0], probes[0]["tops"], layer, trained)
   plots = [_plot(config, trained, fold, metrics, workdir)]
   setup = (
     f"char-level LM on `{config.corpus}` (V={train_ds.vocab_size}), L={config.seq_len}, "
@@ -360,12 +412,12 @@ def measure(config, trained, workdir):
   return protocol.Section(metrics=metrics, table=table, plots=plots, setup=setup)
 
 
-def _examples(config, dataset, inputs_NL, tops, layer):
+def _examples(config, dataset, inputs_NL, tops, layer, trained):
   """A few units of the first seed's model, each with its three top contexts."""
   seq_FK, pos_FK = tops
   return [
     {
-      "measurement": f"seed {config.seeds[0]}, layer {layer} unit {unit}: top contexts",
+      "measurement": f"seed {trained.seeds_in_view()[0]}, layer {layer} unit {unit}: top contexts",
       "per seed": " / ".join(
         _context(dataset, inputs_NL[s], p, config.context_chars)
         for s, p in zip(seq_FK[unit, :3], pos_FK[unit, :3], strict=True)
@@ -396,6 +448,8 @@ def controls(metrics, config):
       f"{name} learns: adjusted next-character accuracy >= {CONTROL_LEARNS}",
       adj[name][SETTING],
       lambda a: a >= CONTROL_LEARNS,
+      name="w2_models_learn",
+      reads=[(name, SETTING)],
     )
     for name in names
   ]
@@ -405,18 +459,23 @@ def controls(metrics, config):
       "seed: the smallest over the four cells)",
       [min(v) for v in zip(*metrics["max_bias"].values(), strict=True)],
       lambda b: b >= CONTROL_BIAS,
+      name="fold_biases_nonzero",
     )
   )
   return out
 
 
-def _beats_controls(description, side, margin, what):
+def _beats_controls(description, side, margin, what, name):
   """Per seed: the units' statistic - the larger of the two controls' >= margin."""
   gaps = [
     u - max(r, c) for u, r, c in zip(side["units"], side["random"], side["untrained"], strict=True)
   ]
   return report.every_seed(
-    description, gaps, lambda g: g >= margin, **{f"{what} {who}": v for who, v in side.items()}
+    description,
+    gaps,
+    lambda g: g >= margin,
+    name=name,
+    **{f"{what} {who}": v for who, v in side.items()},
   )
 
 
@@ -428,6 +487,8 @@ def criteria(metrics, config):
       f"(a) W2 at equal width F = D: eval loss without W2 - with W2 >= {LOSS_MARGIN} nats/char",
       _paired(loss[w2_name(d, False)][SETTING], loss[w2_name(d)][SETTING]),
       lambda g: g >= LOSS_MARGIN,
+      name="w2_helps",
+      reads=[(w2_name(d, False), SETTING), (w2_name(d), SETTING)],
     )
   ]
   for width in (w for w in config.widths if w > d):
@@ -436,6 +497,8 @@ def criteria(metrics, config):
         f"(b) more memories: eval loss with W2 at F = {d} - at F = {width} >= {LOSS_MARGIN}",
         _paired(loss[w2_name(d)][SETTING], loss[w2_name(width)][SETTING]),
         lambda g: g >= LOSS_MARGIN,
+        name="width_helps",
+        reads=[(w2_name(d), SETTING), (w2_name(width), SETTING)],
       )
     )
   single = [
@@ -453,22 +516,26 @@ def criteria(metrics, config):
       f"(residual <= {EXACT})",
       single,
       lambda r: r <= EXACT,
+      name="single_skip_folds",
     ),
     report.every_seed(
       f"(d) split skip, no norm: the fold into the mixer alone leaves >= {SKIP_COST}",
       split["mixer"],
       lambda r: r >= SKIP_COST,
+      name="split_skip_mixer_only",
     ),
     report.every_seed(
       f"(d) split skip, no norm: with W1 kept on the skip path (x A) the fold is exact "
       f"(<= {EXACT})",
       split["mixer_and_skip"],
       lambda r: r <= EXACT,
+      name="split_skip_with_xa",
     ),
     report.every_seed(
       f"(e) split skip with a layer norm: even the fold with x A leaves >= {NORM_COST}",
       normed["mixer_and_skip"],
       lambda r: r >= NORM_COST,
+      name="norm_blocks_fold",
     ),
   ]
   out += [
@@ -478,6 +545,7 @@ def criteria(metrics, config):
       metrics["probe_keys"],
       PATTERN_MARGIN,
       "bigram rate",
+      "keys_beat_controls",
     ),
     _beats_controls(
       f"(g) values: the token a unit's value promotes is the next token of its top contexts "
@@ -485,6 +553,7 @@ def criteria(metrics, config):
       metrics["probe_values"],
       VALUE_MARGIN,
       "agreement",
+      "values_beat_controls",
     ),
   ]
   return out

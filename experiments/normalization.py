@@ -65,6 +65,57 @@ SOFTMAX_MARGIN = 0.2  # (b) adjusted softmax - none at the longest L >= this, ev
 TAU_MATTERS = 0.1  # control: best - worst tau at some rank >= this, every seed
 TAU_TOLERANCE = 0.05  # (c) adjusted(sqrt r) >= adjusted(best tau) - this, every rank and seed
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "softmax_learns_long",
+    f"per layer-norm setting, the softmax learns at the longest L: adjusted >= {CONTROL_LEARNS}",
+    threshold=CONTROL_LEARNS,
+    reads=("softmax",),
+    control=True,
+  ),
+  protocol.Spec(
+    "none_learns_short",
+    f"per setting, the raw sum learns at the shortest L: adjusted >= {CONTROL_LEARNS}",
+    threshold=CONTROL_LEARNS,
+    reads=("none",),
+    control=True,
+  ),
+  protocol.Spec(
+    "tau_matters",
+    f"at some rank the best tau beats the worst by >= {TAU_MATTERS} adjusted, every seed",
+    threshold=TAU_MATTERS,
+    control=True,
+  ),
+  protocol.Spec(
+    "none_degrades",
+    f"per setting, the raw sum loses >= {DEGRADES} adjusted from the shortest L to the longest",
+    threshold=DEGRADES,
+    reads=("none",),
+  ),
+  protocol.Spec(
+    "softmax_holds",
+    f"per setting, softmax - none >= {SOFTMAX_MARGIN} adjusted at the longest L, every seed",
+    threshold=SOFTMAX_MARGIN,
+    reads=("none", "softmax"),
+  ),
+  protocol.Spec(
+    "sqrt_r_tracks_best_tau",
+    f"tau = sqrt(r) within {TAU_TOLERANCE} of the best tau at every r, every seed",
+    threshold=TAU_TOLERANCE,
+  ),
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    "softmax at every L",
+    "none_degrades",
+    "the softmax trained at every L, read by the degradation criterion, must be rejected; "
+    "proposed: quick and full train the softmax at the longest L only",
+    trained=False,
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -81,23 +132,26 @@ def get_config(size="quick"):
   c.tau_factors = (0.25, 1.0, 4.0)  # tau = factor x sqrt(r); must hold 1
   c.tau_length = 64  # L of the temperature sweep (pre-norm, softmax)
   protocol.set_sweep_defaults(c, total_steps=300)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   if size == "tiny":  # the tests: seconds
     c.d_model, c.num_layers, c.lengths, c.num_kv_pairs = 16, 1, (8, 12), 2
     c.tau_ranks, c.tau_factors, c.tau_length = (4,), (1.0, 4.0), 8
-    c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 4, 2, 1
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     # L=512 is the accel size's: one step of 3 replicas at L=512, B=32 took 1.6 cpu-s here
     # (L=256: 0.29), so the grid stops at 256 and keeps one learning rate, like quick.
     c.norms, c.lengths = ("none", "pre"), (16, 64, 256)
     c.tau_ranks = (8, 32, 128)
+    c.step_cap = 600
   elif size == "accel":
     c.vocab_size, c.d_model, c.num_heads = 256, 128, 2
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")
     c.lengths, c.all_lengths = (32, 128, 512, 2048), ("none", "sum", "softmax")
     c.tau_ranks, c.tau_factors, c.tau_length = (8, 32, 128), (0.125, 0.25, 0.5, 1, 2, 4, 8), 256
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.step_cap = 16_000
     c.num_examples, c.num_test_examples = 100_000, 2000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -199,6 +253,8 @@ def controls(metrics, config):
         f"{CONTROL_LEARNS}",
         adj["softmax"][setting(norm, long)],
         lambda a: a >= CONTROL_LEARNS,
+        name="softmax_learns_long",
+        reads=[("softmax", setting(norm, long))],
       )
     )
     out.append(
@@ -207,6 +263,8 @@ def controls(metrics, config):
         f">= {CONTROL_LEARNS}",
         adj["none"][setting(norm, short)],
         lambda a: a >= CONTROL_LEARNS,
+        name="none_learns_short",
+        reads=[("none", setting(norm, short))],
       )
     )
   if config.tau_ranks:
@@ -217,7 +275,7 @@ def controls(metrics, config):
         - min(adj[tau_model(r, f)][key][i] for f in config.tau_factors)
         for r in config.tau_ranks
       )
-      for i in range(len(config.seeds))
+      for i in range(len(adj["none"][setting(config.norms[0], short)]))
     ]
     out.append(
       report.every_seed(
@@ -225,6 +283,8 @@ def controls(metrics, config):
         f"{TAU_MATTERS} adjusted accuracy (per seed: the largest such spread)",
         spreads,
         lambda d: d >= TAU_MATTERS,
+        name="tau_matters",
+        reads=[(tau_model(r, f), key) for r in config.tau_ranks for f in config.tau_factors],
       )
     )
   return out
@@ -250,6 +310,8 @@ def criteria(metrics, config):
         f"none at L={short} - at L={long} >= {DEGRADES}",
         _paired(none_short, none_long),
         lambda d: d >= DEGRADES,
+        name="none_degrades",
+        reads=[("none", setting(norm, short)), ("none", setting(norm, long))],
       )
     )
     out.append(
@@ -258,6 +320,8 @@ def criteria(metrics, config):
         f"L={long} >= {SOFTMAX_MARGIN}",
         _paired(learned(metrics, "softmax", setting(norm, long)), none_long),
         lambda d: d >= SOFTMAX_MARGIN,
+        name="softmax_holds",
+        reads=[("none", setting(norm, long)), ("softmax", setting(norm, long))],
       )
     )
   if config.tau_ranks:
@@ -268,7 +332,7 @@ def criteria(metrics, config):
       gaps.append(
         _paired(adj[tau_model(rank, 1.0)][key], adj[tau_model(rank, factor)][key])
         if factor == factor
-        else [math.nan] * len(config.seeds)
+        else [math.nan] * len(adj[tau_model(rank, 1.0)][key])
       )
     out.append(
       report.every_seed(
@@ -277,6 +341,8 @@ def criteria(metrics, config):
         "rank's gap)",
         [min(g) for g in zip(*gaps, strict=True)],
         lambda d: d >= -TAU_TOLERANCE,
+        name="sqrt_r_tracks_best_tau",
+        reads=[(tau_model(r, f), key) for r in config.tau_ranks for f in config.tau_factors],
         **best,
       )
     )

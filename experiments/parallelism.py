@@ -72,6 +72,48 @@ GROWS_SLOPE = 0.5  # a kernel "grows with L" at or above this slope (log L stays
 FLAT_SLOPE = 0.1  # |slope| of a flat available parallelism
 SLOPE_RATIO = 2.0  # accel: recurrent seconds-per-token slope >= this x the non-recurrent one
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md). Nothing
+# is trained: every criterion reads the real compiled train step (lowering only) or, at accel,
+# timed steps; seeds do not apply.
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "instrument_reads_known_programs",
+    "a scan of L trips over 3 operations reads 3 L, an elementwise operation 1",
+    control=True,
+  ),
+  protocol.Spec(
+    "recurrent_depth_linear",
+    f"recurrent rungs' depth slope >= {LINEAR_SLOPE}",
+    threshold=LINEAR_SLOPE,
+  ),
+  protocol.Spec(
+    "parallel_depth_constant",
+    f"non-recurrent rungs' depth within {CONSTANT_FACTOR}x over L",
+    threshold=CONSTANT_FACTOR,
+  ),
+  protocol.Spec(
+    "kernels_loop_where_they_do",
+    f"a kernel's depth slope >= {GROWS_SLOPE} exactly where it loops over L",
+    threshold=GROWS_SLOPE,
+  ),
+  protocol.Spec(
+    "available_parallelism",
+    f"FLOPs / depth: transformer slope >= {LINEAR_SLOPE}, rnn |slope| <= {FLAT_SLOPE}",
+    threshold=LINEAR_SLOPE,
+  ),
+  protocol.Spec(
+    "time_slope_ratio",
+    f"accel: recurrent s/token slope >= {SLOPE_RATIO} x the transformer's",
+    threshold=SLOPE_RATIO,
+  ),
+)
+# The transformer's train step, read by the recurrent rungs' "depth grows linearly" criterion:
+# it must be rejected.
+FALSIFICATION = (
+  protocol.Falsification("transformer", "recurrent_depth_linear", "a rung with no loop over L"),
+)
+
 # What each kernel's algorithm implies (jaxformer.math.attention), stated before measuring:
 # True where it walks L in a sequential loop.
 KERNEL_LOOPS = {
@@ -262,6 +304,7 @@ def controls(metrics, config):
       known["scan_3_ops"] == [3 * n for n in lengths]
       and known["elementwise"] == [1] * len(lengths),
       {"scan_3_ops": known["scan_3_ops"], "elementwise": known["elementwise"]},
+      name="instrument_reads_known_programs",
     )
   ]
 
@@ -279,15 +322,12 @@ def criteria(metrics, config):
   recurrent = [r for r in config.rungs if r in ladder.RECURRENT_RUNGS]
   parallel = [r for r in config.rungs if r not in ladder.RECURRENT_RUNGS]
   out = [
-    report.Criterion(
-      f"recurrent rungs: depth grows linearly in L (log-log slope >= {LINEAR_SLOPE})",
-      bool(recurrent) and all(_grows(config, depths[r]["depth"], LINEAR_SLOPE) for r in recurrent),
-      {r: last_slope(config.lengths, depths[r]["depth"]) for r in recurrent},
-    ),
+    _linear(config, depths, recurrent, "recurrent rungs"),
     report.Criterion(
       f"non-recurrent rungs: depth constant in L (largest / smallest <= {CONSTANT_FACTOR})",
       bool(parallel) and all(_constant(depths[r]["depth"]) for r in parallel),
       {r: max(depths[r]["depth"]) / min(depths[r]["depth"]) for r in parallel},
+      name="parallel_depth_constant",
     ),
   ]
   if config.kernels:
@@ -304,6 +344,7 @@ def criteria(metrics, config):
         {
           k: last_slope(config.lengths, depths[f"transformer+{k}"]["depth"]) for k in config.kernels
         },
+        name="kernels_loop_where_they_do",
       )
     )
   if "transformer" in depths and "rnn" in depths:
@@ -315,6 +356,7 @@ def criteria(metrics, config):
         f"rnn's |slope| <= {FLAT_SLOPE}",
         tf >= LINEAR_SLOPE and abs(rnn) <= FLAT_SLOPE,
         {"transformer_slope": tf, "rnn_slope": rnn},
+        name="available_parallelism",
       )
     )
   if config.time_verdict:
@@ -326,9 +368,25 @@ def criteria(metrics, config):
         f"{SLOPE_RATIO} x {PARALLEL} slope",
         ratio >= SLOPE_RATIO,
         {"slope_ratio": ratio, f"{RECURRENT}_s_per_token": rec, f"{PARALLEL}_s_per_token": par},
+        name="time_slope_ratio",
       )
     )
   return out
+
+
+def _linear(config, depths, rungs, what):
+  """The "depth grows linearly in L" criterion, read on `rungs`."""
+  return report.Criterion(
+    f"{what}: depth grows linearly in L (log-log slope >= {LINEAR_SLOPE})",
+    bool(rungs) and all(_grows(config, depths[r]["depth"], LINEAR_SLOPE) for r in rungs),
+    {r: last_slope(config.lengths, depths[r]["depth"]) for r in rungs},
+    name="recurrent_depth_linear",
+  )
+
+
+def falsification(metrics, config):
+  """The transformer's step, read by the recurrent rungs' linear-growth criterion: must fail."""
+  return [_linear(config, metrics["depth"], ["transformer"], "the transformer (falsification)")]
 
 
 def _plot(config, depths, metrics, workdir):

@@ -63,6 +63,35 @@ MARGIN = 0.25  # matrix sum - compared form, adjusted accuracy, every seed (pair
 INFORMED = 0.8  # control: raw accuracy >= this x chance, every form
 MANY_FUNCTIONS = 100_000  # the illustration's line: full's D^2 passes it at D = 317
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "learns_where_answers_come_from",
+    f"every form's raw accuracy >= {INFORMED} x chance, every seed",
+    threshold=INFORMED,
+    control=True,
+  ),
+  protocol.Spec(
+    "matrix_sum_recalls", f"each matrix sum adjusted >= {RECALLS}, every seed", threshold=RECALLS
+  ),
+  protocol.Spec(
+    "sum_beats_form",
+    f"the matched matrix sum beats each compared form by >= {MARGIN} adjusted, paired by seed",
+    threshold=MARGIN,
+  ),
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    "a second matrix sum",
+    "sum_beats_form",
+    "a matrix sum with other seeds in place of the compared form: the margin criterion must "
+    "reject a form equal to the winner. Proposed: the cost redesign (issue 25 item 2) "
+    "replaces this comparison",
+    trained=False,
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -75,11 +104,12 @@ def get_config(size="quick"):
   c.seq_len = 16  # L (full's scores are B x D^2 x L x L)
   c.num_kv_pairs = 4
   c.num_layers = 2
-  c.seeds = (0, 1, 2)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 800  # the same budget for every model; early stop at early_stop_accuracy
+  c.step_cap = 800  # quick: no growth; full: x2
   c.warmup_steps = 50
   c.eval_every = 50
   c.early_stop_accuracy = 0.99
@@ -90,17 +120,18 @@ def get_config(size="quick"):
   if size == "tiny":
     c.compared, c.matched_to = ("diagonal", "full"), ("diagonal",)  # full faces a smaller sum
     c.d_model, c.seq_len, c.num_kv_pairs, c.num_layers = 4, 8, 2, 1
-    c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
+    c.learning_rates = (3e-3, 1e-2)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     c.d_model, c.compared, c.matched_to = 12, ("diagonal", "full"), ("diagonal", "full")
-    c.learning_rates = protocol.FULL_LEARNING_RATES
+    c.learning_rates, c.lr_cap, c.step_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2), 1600
   elif size == "accel":
     c.d_model, c.compared, c.matched_to = 32, ("diagonal", "full"), ("diagonal", "full")
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 6000, 250, 500
+    c.step_cap = 12_000
     c.num_examples, c.num_test_examples = 100_000, 1024
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -195,7 +226,9 @@ def measure(config, trained, workdir):
 def controls(metrics, config):
   chance = metrics["chance"]["mqar"]
   return [
-    learns_where_answers_come_from(name, metrics["accuracy"][name]["mqar"], chance, INFORMED)
+    learns_where_answers_come_from(
+      name, metrics["accuracy"][name]["mqar"], chance, INFORMED, reads=[(name, "mqar")]
+    )
     for name in models(config)
   ]
 
@@ -208,6 +241,8 @@ def criteria(metrics, config):
       f"{matrix_sum_name(form)} recalls: adjusted accuracy >= {RECALLS}",
       adjusted[matrix_sum_name(form)],
       lambda a: a >= RECALLS,
+      name="matrix_sum_recalls",
+      reads=[(matrix_sum_name(form), "mqar")],
     )
     for form in config.matched_to
   ]
@@ -219,6 +254,8 @@ def criteria(metrics, config):
         f"params/layer {params.get(winner, '?')} vs {params.get(form, '?')})",
         [a - b for a, b in zip(adjusted[winner], adjusted[form], strict=True)],
         lambda d: d >= MARGIN,
+        name="sum_beats_form",
+        reads=[(winner, "mqar"), (form, "mqar")],
       )
     )
   return out

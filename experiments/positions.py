@@ -21,11 +21,14 @@ sinusoidal positions reach adjusted accuracy >= RECALLS; without positions the m
   python -m experiments.positions --size full --workdir runs/positions_full
   python -m experiments.positions --size accel --workdir runs/positions_accel
 
-quick: copy V=16 L=16 c=6, D=32, 2 layers, batch 32, up to 400 steps, 3 seeds at lr 1e-2
+Seeds (protocol.SEEDS): confirmatory 3 at quick, 5 at full, exploratory 1 / 2, disjoint.
+quick: copy V=16 L=16 c=6, D=32, 2 layers, batch 32, 400 steps (no growth: a replica still
+learning is UNRESOLVED), at lr 1e-2
 (the learned table starts at std 0.02 and needs a large rate to matter early; over {3e-3,
 1e-2} the first quick run selected 1e-2 for all three, and replicas are independent, so
 dropping 3e-3 changes no selected number and halves the training). full: c=6 and c=10 at
-L=24, 1,000 steps, 3 seeds x lr {3e-3, 1e-2}. accel: copy V=64 L=128 c=32, D=128.
+L=24, 1,000 steps (cap 2,000), lr {3e-3, 1e-2} extended past an edge within [1e-4, 3e-2].
+accel: copy V=64 L=128 c=32, D=128.
 Measured numbers, and what they show: docs/experiments.md.
 """
 
@@ -49,6 +52,40 @@ RECALLS = 0.9  # learned and sinusoidal: adjusted accuracy >= this, every seed
 FAILS = 0.5  # none: adjusted accuracy <= this, every seed
 INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "none_learns_which_tokens",
+    f"without positions the model learns which tokens to copy: raw >= {INFORMED} / c",
+    threshold=INFORMED,
+    reads=("none",),
+    control=True,
+  ),
+  protocol.Spec(
+    "positions_copy",
+    f"learned and sinusoidal positions copy in order: adjusted >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=("learned", "sinusoidal"),
+  ),
+  protocol.Spec(
+    "none_fails",
+    f"without positions the model does not copy in order: adjusted <= {FAILS}, every seed",
+    threshold=FAILS,
+    reads=("none",),
+  ),
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    "bidirectional_none",
+    "positions_copy",
+    "a non-causal encoder without positions, where the set argument holds: the copy "
+    "criterion must reject it. Proposed: the ladder has no non-causal mask yet (issue 25 "
+    "item 4)",
+    trained=False,
+  ),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -57,11 +94,12 @@ def get_config(size="quick"):
   c.seq_len = 16  # L >= 2c
   c.d_model = 32
   c.num_layers = 2
-  c.seeds = (0, 1, 2)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.learning_rates = (1e-2,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 400  # the same budget for every model; early stop at early_stop_accuracy
+  c.step_cap = 400  # quick: no growth (make run's budget); full: x2
   c.warmup_steps = 50
   c.eval_every = 50
   c.early_stop_accuracy = 0.99
@@ -70,17 +108,18 @@ def get_config(size="quick"):
   c.data_seed = 0
   if size == "tiny":
     c.copy_lens, c.seq_len, c.d_model = (3,), 8, 8
-    c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
+    c.learning_rates = (3e-3, 1e-2)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
     c.num_examples, c.num_test_examples = 64, 32
   elif size == "full":
     c.copy_lens, c.seq_len = (6, 10), 24
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every, c.warmup_steps = 1000, 100, 100
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1000, 100, 100, 2000
   elif size == "accel":
     c.copy_lens, c.vocab_size, c.seq_len, c.d_model = (32,), 64, 128, 128
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.step_cap = 16_000
     c.num_examples, c.num_test_examples = 100_000, 1024
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -139,6 +178,8 @@ def controls(metrics, config):
       f"{INFORMED} / c ({INFORMED / c:.3g})",
       metrics["accuracy"]["none"][setting(c)],
       lambda a, floor=INFORMED / c: a >= floor,
+      name="none_learns_which_tokens",
+      reads=[("none", setting(c))],
     )
     for c in config.copy_lens
   ]
@@ -152,6 +193,8 @@ def criteria(metrics, config):
         f"{setting(c)}: {name} positions copy in order: adjusted accuracy >= {RECALLS}",
         metrics["adjusted"][name][setting(c)],
         lambda a: a >= RECALLS,
+        name="positions_copy",
+        reads=[(name, setting(c))],
       )
       for name in ("learned", "sinusoidal")
     ]
@@ -160,6 +203,8 @@ def criteria(metrics, config):
         f"{setting(c)}: without positions the model does not: adjusted accuracy <= {FAILS}",
         metrics["adjusted"]["none"][setting(c)],
         lambda a: a <= FAILS,
+        name="none_fails",
+        reads=[("none", setting(c))],
       )
     )
   return out

@@ -105,6 +105,23 @@ PLATEAU_GROWTH = 2.0  # a budget that did not plateau retrains at 2x, up to step
 # does not extend (a test's tiny grid, an unregistered module).
 
 
+# The seeds of every registered design, by size: (exploratory, confirmatory), disjoint. The
+# exploratory seeds select the learning rate and size the design; the confirmatory seeds give
+# the verdict of record (>= 3 at quick, >= 5 at full and accel).
+SEEDS = {
+  "tiny": ((100,), (0,)),
+  "quick": ((100,), (0, 1, 2)),
+  "full": ((100, 101), (0, 1, 2, 3, 4)),
+  "accel": ((100, 101), (0, 1, 2, 3, 4)),
+}
+
+
+def set_seeds(c, size):
+  """Sets `exploratory_seeds` and `confirmatory_seeds` of ConfigDict `c` for `size`."""
+  c.exploratory_seeds, c.confirmatory_seeds = SEEDS[size]
+  return c
+
+
 def set_sweep_defaults(c, total_steps):
   """Sets the sweep and data fields most quick configs share on ConfigDict `c`: 3
   confirmatory seeds and 1 exploratory seed at one learning rate, batch 32, MQAR-sized data,
@@ -112,8 +129,7 @@ def set_sweep_defaults(c, total_steps):
   c.num_examples = 20_000
   c.num_test_examples = 512  # halves: validation (selection, early stop) and eval
   c.seed = 0  # generates the task's examples (the sweep's seeds vary init and order)
-  c.exploratory_seeds = (100,)
-  c.confirmatory_seeds = (0, 1, 2)
+  set_seeds(c, "quick")
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
@@ -250,10 +266,10 @@ def seed_sets(config):
   """(exploratory seeds, confirmatory seeds) of `config`; an unregistered config's `seeds`
   are confirmatory, with none exploratory. Raises ConfigError naming the field."""
   if "confirmatory_seeds" not in config:
-    return (), tuple(int(s) for s in config["seeds"])
+    return (), tuple(int(s) for s in config.get("seeds", ()))
   explore = tuple(int(s) for s in config.get("exploratory_seeds", ()))
   confirm = tuple(int(s) for s in config["confirmatory_seeds"])
-  if not confirm:
+  if not confirm and explore:
     raise ladder.ConfigError("confirmatory_seeds: at least one seed is needed")
   if set(explore) & set(confirm):
     raise ladder.ConfigError(
@@ -284,7 +300,8 @@ def design(module, size):
   duplicate or unknown name, a check tagged empirical, an untagged criterion."""
   config = module.get_config(size)
   explore, confirm = seed_sets(config)
-  least = MIN_CONFIRMATORY.get(size, 1)
+  arms = module.arms(config) if hasattr(module, "arms") else []
+  least = MIN_CONFIRMATORY.get(size, 1) if arms else 0  # nothing trained: no seeds
   if len(confirm) < least:
     raise ladder.ConfigError(
       f"{module.NAME} size={size}: confirmatory_seeds={list(confirm)}: at least {least}"
@@ -308,7 +325,6 @@ def design(module, size):
       raise ladder.ConfigError(
         f"{module.NAME}: FALSIFICATION arm {f.arm!r}: criterion={f.criterion!r} is not in SPECS"
       )
-  arms = module.arms(config) if hasattr(module, "arms") else []
   text = lambda v: json.dumps(_canonical(v), sort_keys=True, separators=(",", ":"))  # noqa: E731
   return Design(
     experiment=module.NAME,
@@ -541,6 +557,12 @@ class Trained:
 
   def settings(self):
     return list(dict.fromkeys(r.arm.setting for r in self.results))
+
+  def seeds_in_view(self):
+    """The seeds whose replicas this view holds, sorted (the order of every per-seed list)."""
+    if self.seeds is not None:
+      return sorted(self.seeds)
+    return sorted({x.seed for r in self.results for x in r.runs})
 
   def view(self, seeds):
     """Only `seeds`' replicas (the selection stays the one made on the exploratory seeds)."""
@@ -848,6 +870,7 @@ def _record(reg, config):
 
 def run(module, config, workdir, size="", log=print):
   """Trains the module's arms, measures, judges under the protocol; returns report.Result."""
+  started = commit(), time.strftime("%Y-%m-%d %H:%M", time.gmtime())  # the code that runs
   reg = design(module, size) if registered(module) and size else None
   explore, confirm = seed_sets(config)
   arms = module.arms(config) if hasattr(module, "arms") else []
@@ -908,7 +931,8 @@ def run(module, config, workdir, size="", log=print):
     seeds=list(confirm) if arms else [],
     runs=trained.records(),
     design=_record(reg, config),
-    commit=commit(),
+    commit=started[0],
+    date=started[1],
     exploratory_seeds=list(explore) if arms else [],
     exploratory=exploratory,
     falsification=falsif,

@@ -249,6 +249,7 @@ class Result:
   # The confirmatory protocol (experiments/protocol.py); empty for an unregistered module.
   design: dict = dataclasses.field(default_factory=dict)  # experiment, version, hash, size
   commit: str = ""
+  date: str = ""  # when it ran (UTC)
   exploratory_seeds: list = dataclasses.field(default_factory=list)
   exploratory: list = dataclasses.field(default_factory=list)  # criteria on those seeds
   falsification: list = dataclasses.field(default_factory=list)  # Criterion: must be REFUTED
@@ -303,6 +304,7 @@ class Result:
       "size": self.size,
       "design": dict(self.design),
       "commit": self.commit,
+      "date": self.date,
       "seeds": list(self.seeds),
       "exploratory_seeds": list(self.exploratory_seeds),
       "metrics": _jsonable(self.metrics),

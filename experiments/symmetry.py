@@ -77,6 +77,67 @@ CONTRAST_MARGIN = 0.1  # source_only's neighbour contrast - matrix_sum's >= this
 INFORMED = 0.8  # control: source_only's raw accuracy >= this x chance
 SOURCE_ONLY_TOLERANCE = 1e-5  # the check: source_only's receiver dependence is 0 up to this
 
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "learns_where_answers_come_from",
+    f"per task, source_only's raw accuracy >= {INFORMED} x chance, every seed",
+    threshold=INFORMED,
+    reads=("source_only",),
+    control=True,
+  ),
+  protocol.Spec(
+    "contrast_can_show",
+    f"per task, the untrained source_only's neighbour contrast >= {CONTRAST_MARGIN}",
+    threshold=CONTRAST_MARGIN,
+    control=True,
+  ),
+  protocol.Spec(
+    "matrix_sum_recalls",
+    f"per task, matrix_sum adjusted >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=("matrix_sum",),
+  ),
+  protocol.Spec(
+    "source_only_fails",
+    f"per task, source_only adjusted <= {FAILS}",
+    threshold=FAILS,
+    reads=("source_only",),
+  ),
+  protocol.Spec(
+    "stateless_fails",
+    f"per task, stateless adjusted <= {STATELESS_FAILS}",
+    threshold=STATELESS_FAILS,
+    reads=("stateless",),
+  ),
+  protocol.Spec(
+    "receiver_dependence",
+    f"per task, matrix_sum's trained receiver dependence >= {DEPENDS}, every seed",
+    threshold=DEPENDS,
+    reads=("matrix_sum",),
+  ),
+  protocol.Spec(
+    "neighbour_contrast",
+    f"per task, source_only's contrast - matrix_sum's >= {CONTRAST_MARGIN}, paired by seed",
+    threshold=CONTRAST_MARGIN,
+    reads=("source_only", "matrix_sum"),
+  ),
+)
+CHECKS = (
+  protocol.Spec(
+    "source_only_receiver_independent",
+    f"source_only's trained weights do not depend on the receiver (total variation <= "
+    f"{SOURCE_ONLY_TOLERANCE:g}): asserted on every trained model by measure()",
+    tag="architectural",
+    test="experiments/symmetry.py::measure",
+  ),
+)
+# The stateless arm (W_iL = 0 for i != L), read by the recall criterion: it must be rejected.
+FALSIFICATION = (
+  protocol.Falsification("stateless", "matrix_sum_recalls", "no communication between tokens"),
+)
+
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
@@ -85,11 +146,12 @@ def get_config(size="quick"):
   c.seq_len = 16  # L of every task
   c.d_model = 64  # D
   c.num_layers = 2
-  c.seeds = (0, 1, 2)
+  protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
   c.total_steps = 300  # the same budget for every model; early stop at early_stop_accuracy
+  c.step_cap = 300  # quick: no growth (its budget); full: x2
   c.warmup_steps = 30
   c.eval_every = 50
   c.early_stop_accuracy = 0.99
@@ -100,13 +162,13 @@ def get_config(size="quick"):
   c.far_offset = 4  # k of the contrast cos(s_L, s_L+1) - cos(s_L, s_L+k)
   if size == "tiny":
     c.tasks.mqar, c.seq_len = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2", 8
-    c.d_model, c.seeds, c.learning_rates = 16, (0, 1), (3e-3, 1e-2)
-    c.total_steps, c.eval_every, c.warmup_steps, c.batch_size = 4, 2, 1, 8
+    c.d_model, c.learning_rates = 16, (3e-3, 1e-2)
+    c.total_steps, c.eval_every, c.warmup_steps, c.batch_size, c.step_cap = 4, 2, 1, 8, 4
     c.num_examples, c.num_test_examples, c.probe_batch, c.far_offset = 64, 32, 8, 2
   elif size == "full":
     c.tasks.induction = "induction:vocab_size=16,seq_len=16"
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps, c.eval_every, c.warmup_steps = 1500, 100, 100
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1500, 100, 100, 3000
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
       {
@@ -115,8 +177,9 @@ def get_config(size="quick"):
       }
     )
     c.vocab_size, c.seq_len, c.d_model, c.far_offset = 256, 64, 128, 8
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
+    c.step_cap = 16_000
     c.num_examples, c.num_test_examples, c.probe_batch = 100_000, 1024, 256
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -185,7 +248,7 @@ def measure(config, trained, workdir):
     for name in MODELS:
       arm = trained.get(name, task)
       model, with_dep = arm.model(), name != "stateless"  # a self mask shares no sources
-      initial = initial_params(model, config.seeds, tokens)
+      initial = initial_params(model, trained.seeds_in_view(), tokens)
       for suffix, params_list in (("", arm.params()), ("_untrained", initial)):
         values = _measure_model(model, params_list, tokens, config.far_offset, with_dep)
         for key, value in zip(keys, values, strict=True):
@@ -275,7 +338,7 @@ def _setup(config):
   )
 
 
-def learns_where_answers_come_from(what, raw_per_seed, chance, fraction=INFORMED):
+def learns_where_answers_come_from(what, raw_per_seed, chance, fraction=INFORMED, reads=()):
   """The control of a model expected to fail at recall: it still reaches `fraction` of the
   task's informed guess (e.g. MQAR's 1/K among the values in context), every seed; a model
   that trained nothing sits near 1/V. `what`: the model, as the report names it."""
@@ -284,6 +347,8 @@ def learns_where_answers_come_from(what, raw_per_seed, chance, fraction=INFORMED
     f"{what} learns where answers come from: raw accuracy >= {fraction} x chance ({floor:.3g})",
     raw_per_seed,
     lambda a: a >= floor,
+    name="learns_where_answers_come_from",
+    reads=reads,
   )
 
 
@@ -291,13 +356,18 @@ def controls(metrics, config):
   out = []
   for task in config.tasks:
     raw, chance = metrics["accuracy"]["source_only"][task], metrics["chance"][task]
-    out.append(learns_where_answers_come_from(f"{task}: source_only", raw, chance))
+    out.append(
+      learns_where_answers_come_from(
+        f"{task}: source_only", raw, chance, reads=[("source_only", task)]
+      )
+    )
     out.append(
       report.every_seed(
         f"{task}: the contrast can show a running average: the untrained source_only's "
         f">= {CONTRAST_MARGIN}",
         metrics["contrast_untrained"]["source_only"][task],
         lambda c: c >= CONTRAST_MARGIN,
+        name="contrast_can_show",
       )
     )
   return out
@@ -307,27 +377,29 @@ def criteria(metrics, config):
   adjusted, out = metrics["adjusted"], []
   for task in config.tasks:
     out += [
-      report.every_seed(
-        f"{task}: f(x_i, x_L) recalls: matrix_sum's adjusted accuracy >= {RECALLS}",
-        adjusted["matrix_sum"][task],
-        lambda a: a >= RECALLS,
-      ),
+      _recalls(metrics, task, "matrix_sum"),
       report.every_seed(
         f"{task}: source_only fails at recall: adjusted accuracy <= {FAILS}",
         adjusted["source_only"][task],
         lambda a: a <= FAILS,
+        name="source_only_fails",
+        reads=[("source_only", task)],
       ),
       report.every_seed(
         f"{task}: stateless fails where another position is needed: adjusted accuracy <= "
         f"{STATELESS_FAILS}",
         adjusted["stateless"][task],
         lambda a: a <= STATELESS_FAILS,
+        name="stateless_fails",
+        reads=[("stateless", task)],
       ),
       report.every_seed(
         f"{task}: f(x_i, x_L)'s trained weights depend on the receiver: matrix_sum's receiver "
         f"dependence >= {DEPENDS}",
         metrics["dependence"]["matrix_sum"][task],
         lambda d: d >= DEPENDS,
+        name="receiver_dependence",
+        reads=[("matrix_sum", task)],
       ),
       report.every_seed(
         f"{task}: source_only's neighbouring units are alike beyond matrix_sum's: centred "
@@ -341,9 +413,27 @@ def criteria(metrics, config):
           )
         ],
         lambda d: d >= CONTRAST_MARGIN,
+        name="neighbour_contrast",
+        reads=[("source_only", task), ("matrix_sum", task)],
       ),
     ]
   return out
+
+
+def _recalls(metrics, task, model):
+  """The recall criterion (adjusted >= RECALLS, every seed), read on `model`."""
+  return report.every_seed(
+    f"{task}: {model} recalls (f(x_i, x_L) does): adjusted accuracy >= {RECALLS}",
+    metrics["adjusted"][model][task],
+    lambda a: a >= RECALLS,
+    name="matrix_sum_recalls",
+    reads=[(model, task)],
+  )
+
+
+def falsification(metrics, config):
+  """The stateless arm, read by the recall criterion: it must be rejected."""
+  return [_recalls(metrics, task, "stateless") for task in config.tasks]
 
 
 if __name__ == "__main__":

@@ -175,11 +175,13 @@ def test_tiny_run_trains_every_scorer_over_seeds(tmp_path):
   assert result.experiment == cache.NAME and result.verdict in report.VERDICTS
   names = list(cache.models(config))
   assert [row["model"] for row in result.table] == names
-  assert len(result.runs) == len(names) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == len(names) * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   assert len(result.controls) == 2 and len(result.criteria) == 2
   for name in names:
     (values,) = result.metrics["accuracy"][name].values()
-    assert len(values) == len(config.seeds) and all(0.0 <= a <= 1.0 for a in values)
+    assert len(values) == len(config.confirmatory_seeds) and all(0.0 <= a <= 1.0 for a in values)
   # Key bytes come from the real caches: bilinear H x D per token and layer, low rank H x r.
   heads = config.num_heads
   assert result.metrics["key_bytes"] == {

@@ -120,6 +120,7 @@ def test_the_hash_covers_seeds_specs_falsification_and_rule_but_not_the_version(
     ({"exploratory_seeds": (0,)}, "disjoint"),
     ({"confirmatory_seeds": (0, 1)}, "at least 3"),
     ({"confirmatory_seeds": ()}, "at least one"),
+    ({"exploratory_seeds": (), "confirmatory_seeds": ()}, "at least 3"),
   ],
 )
 def test_a_bad_seed_declaration_is_refused_naming_the_field(fields, match):

@@ -107,7 +107,9 @@ def test_tiny_run_measures_value_caches_of_the_trained_models(tmp_path):
   assert result.experiment == heads.NAME and result.verdict in report.VERDICTS
   names = list(heads.models(config))
   assert [row["model"] for row in result.table] == names
-  assert len(result.runs) == len(names) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == len(names) * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   assert len(result.controls) == 2 and len(result.criteria) == 2
   # Value caches from the real arrays: H r floats per token and layer, H D for summed heads.
   tokens = config.decode_batch * config.seq_len * config.num_layers

@@ -138,9 +138,9 @@ def test_tiny_run_measures_the_trained_scorers(tmp_path):
   assert len(result.controls) == 1 and len(result.criteria) == N_CRITERIA
   m = result.metrics
   for name in interaction.INTERACTIONS:
-    assert len(m["share"][name]) == len(config.seeds)
+    assert len(m["share"][name]) == len(config.confirmatory_seeds)
     assert all(0.0 <= s <= 1.0 for s in m["share"][name])
-    assert len(m["steps_to"][name]) == len(config.seeds)
+    assert len(m["steps_to"][name]) == len(config.confirmatory_seeds)
   assert max(m["share"]["additive"] + m["dependence"]["additive"]) <= interaction.CHECK_TOLERANCE
   assert min(m["dependence"]["lowrank"]) > 0.0
   assert np.isclose(m["surface_share"]["x1 * x3"], 1.0)

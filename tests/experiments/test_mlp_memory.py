@@ -172,7 +172,9 @@ def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
   assert result.experiment == mlp_memory.NAME and result.verdict in report.VERDICTS
   arms = mlp_memory.arms(config)
   assert len(arms) == 5  # no W2, W2 (= the single / pre-norm cell), three more fold cells
-  assert len(result.runs) == len(arms) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == len(arms) * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   assert len(result.controls) == 3 and len(result.criteria) == 7
   fold = result.metrics["fold"]
   # Exact in the single skip and for the split skip without norm once x A is allowed: these
@@ -183,6 +185,6 @@ def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
   assert min(fold["split skip, LN none"]["mixer"]) > 1e-2
   for side in ("probe_keys", "probe_values"):
     for values in result.metrics[side].values():
-      assert len(values) == len(config.seeds) and all(0.0 <= v <= 1.0 for v in values)
+      assert len(values) == len(config.confirmatory_seeds) and all(0.0 <= v <= 1.0 for v in values)
   for plot in result.plots:
     assert plot.startswith(mlp_memory.NAME) and os.path.getsize(tmp_path / plot) > 1000

@@ -207,11 +207,13 @@ def test_tiny_run_trains_every_arm_over_seeds(tmp_path):
   assert [(row["model"], row["setting"]) for row in result.table] == [
     (a.model, a.setting) for a in arms
   ]
-  assert len(result.runs) == len(arms) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == len(arms) * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   assert len(result.controls) == 3 and len(result.criteria) == 3
   for arm in arms:
     values = result.metrics["accuracy"][arm.model][arm.setting]
-    assert len(values) == len(config.seeds)
+    assert len(values) == len(config.confirmatory_seeds)
     assert (
       all(0.0 <= a <= 1.0 for a in values) or result.metrics["diverged"][arm.model][arm.setting]
     )

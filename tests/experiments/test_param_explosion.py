@@ -87,7 +87,7 @@ def test_a_form_that_trained_nothing_makes_it_inconclusive(raw, passes):
   assert [c.passed for c in controls] == [True, passes, True, True]
   result = report.Result("", "", "", param_explosion.criteria(metrics, config), metrics)
   result.controls = controls
-  assert result.verdict == ("PASS" if passes else "INCONCLUSIVE")
+  assert result.verdict == ("SUPPORTED" if passes else "INCONCLUSIVE")
 
 
 def _counted(form, width, rank, heads=1):
@@ -130,7 +130,9 @@ def test_tiny_run_trains_every_form_at_matched_counts(tmp_path):
   result = protocol.run(param_explosion, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.verdict in report.VERDICTS and len(result.criteria) == 3  # recall, 2 beats
   names = list(param_explosion.models(config))
-  assert len(result.runs) == len(names) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == len(names) * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   counted = result.metrics["mixing_params"]
   for row in result.tables[0][1]:  # the trained params count as the closed forms say
     assert row["mixing params/layer (counted)"] == row["closed form"]

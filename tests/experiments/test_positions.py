@@ -36,8 +36,8 @@ def _verdict(config, **adjusted):
 
 def test_the_claim_passes_with_its_control():
   # criteria per c: learned copies, sinusoidal copies, none does not
-  assert _verdict(positions.get_config("quick")) == ([True], [True] * 3, "PASS")
-  assert _verdict(positions.get_config("full")) == ([True] * 2, [True] * 6, "PASS")
+  assert _verdict(positions.get_config("quick")) == ([True], [True] * 3, "SUPPORTED")
+  assert _verdict(positions.get_config("full")) == ([True] * 2, [True] * 6, "SUPPORTED")
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_the_claim_passes_with_its_control():
   ],
 )
 def test_each_criterion_fails_alone(change, expected):
-  assert _verdict(positions.get_config("quick"), **change) == ([True], expected, "FAIL")
+  assert _verdict(positions.get_config("quick"), **change) == ([True], expected, "REFUTED")
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_a_model_that_did_not_learn_what_to_copy_makes_it_inconclusive(raw, pass
   config = positions.get_config("quick")
   adjusted = protocol.adjust(raw, _chance(config))
   controls, _, verdict = _verdict(config, none__6=adjusted)
-  assert controls == [passes] and verdict == ("PASS" if passes else "INCONCLUSIVE")
+  assert controls == [passes] and verdict == ("SUPPORTED" if passes else "INCONCLUSIVE")
 
 
 def test_tiny_run_trains_every_table(tmp_path):
@@ -80,7 +80,9 @@ def test_tiny_run_trains_every_table(tmp_path):
   result = protocol.run(positions, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.verdict in report.VERDICTS
   assert len(result.controls) == 1 and len(result.criteria) == 3
-  assert len(result.runs) == 3 * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == 3 * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   assert result.metrics["chance"]["c=3"] == pytest.approx(1 / (config.vocab_size - 2))
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000

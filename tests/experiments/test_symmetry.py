@@ -131,12 +131,14 @@ def test_tiny_run_measures_the_trained_and_untrained_models(tmp_path):
   result = protocol.run(symmetry, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.verdict in report.VERDICTS
   assert len(result.controls) == 2 and len(result.criteria) == 5
-  assert len(result.runs) == len(symmetry.MODELS) * len(config.seeds) * len(config.learning_rates)
+  assert len(result.runs) == len(symmetry.MODELS) * (
+    len(config.exploratory_seeds) + len(config.confirmatory_seeds)
+  ) * len(config.learning_rates)
   m = result.metrics
   for suffix in ("", "_untrained"):
     for name in symmetry.MODELS:
       contrast = m[f"contrast{suffix}"][name]["mqar"]
-      assert len(contrast) == len(config.seeds) and harness.finite(contrast)
+      assert len(contrast) == len(config.confirmatory_seeds) and harness.finite(contrast)
       assert len(m[f"contrast_by_position{suffix}"][name]["mqar"]) == 8 - config.far_offset
     assert max(m[f"dependence{suffix}"]["source_only"]["mqar"]) <= symmetry.SOURCE_ONLY_TOLERANCE
     assert min(m[f"dependence{suffix}"]["matrix_sum"]["mqar"]) > 0.0

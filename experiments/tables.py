@@ -1,0 +1,171 @@
+"""The results tables of README.md and docs/experiments.md, generated from `results/`.
+
+  python -m experiments.tables --add runs/ladder/results.json   # file each experiment's result
+  python -m experiments.tables                                   # rewrite the tables
+  python -m experiments.tables --check                           # exit 1 if a table drifted
+
+`results/<experiment>_<size>.json.gz` holds one experiment's complete results.json entry
+(design hash and version, commit, date, criteria, plateau, per-rate verdicts, every trained
+replica), so a single experiment can be rerun and its file replaced. Each table sits between
+`<!-- results table: SIZE -->` and `<!-- end results table -->` in a document; nothing inside
+is typed by hand, and tests/test_tables.py fails when a table disagrees with its files.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import re
+import sys
+
+from experiments import designs, harness, protocol, run_all
+
+RESULTS = os.path.join(harness.REPO_ROOT, "results")
+DOCUMENTS = (
+  os.path.join(harness.REPO_ROOT, "README.md"),
+  os.path.join(harness.REPO_ROOT, "docs", "experiments.md"),
+)
+BLOCK = re.compile(
+  r"(<!-- results table: (?P<size>\w+) -->\n)(?P<body>.*?)(<!-- end results table -->)", re.S
+)
+
+
+def path(experiment, size, results=RESULTS):
+  return os.path.join(results, f"{experiment}_{size}.json.gz")
+
+
+def add(results_json, results=RESULTS):
+  """Files each entry of a results.json (a list, as run_all writes it) under `results`;
+  returns the paths written. Raises ValueError naming an entry without experiment or size."""
+  with open(results_json) as f:
+    entries = json.load(f)
+  os.makedirs(results, exist_ok=True)
+  written = []
+  for i, entry in enumerate(entries):
+    if not entry.get("experiment") or not entry.get("size"):
+      raise ValueError(f"{results_json}[{i}]: no experiment or size")
+    out = path(entry["experiment"], entry["size"], results)
+    text = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+    with open(out, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as gz:
+      gz.write(text)
+    written.append(out)
+  return written
+
+
+def load(experiment, size, results=RESULTS):
+  p = path(experiment, size, results)
+  if not os.path.exists(p):
+    return None
+  with gzip.open(p, "rt") as f:
+    return json.load(f)
+
+
+def _plateau(entry):
+  status = [
+    s.split(":")[1]
+    for row in entry.get("plateau", [])
+    for part in (row["exploratory"], row["confirmatory"])
+    for s in part.split()
+  ]
+  if not status:
+    return "nothing trained"
+  return f"{sum(s in protocol.FINISHED for s in status)}/{len(status)}"
+
+
+def _rests_on(entry):
+  """The criteria (controls, falsification readings) that are not SUPPORTED, by name."""
+  out = []
+  for group in ("controls", "falsification", "criteria"):
+    for c in entry.get(group, []):
+      bad = c["verdict"] == "SUPPORTED" if group == "falsification" else c["verdict"] != "SUPPORTED"
+      if bad:
+        label = c["name"] or c["description"]
+        note = f" ({c['note']})" if c.get("note") else ""
+        where = {"controls": "control ", "falsification": "falsification "}.get(group, "")
+        out.append(f"{where}{label}: {c['verdict']}{note}")
+  return "; ".join(dict.fromkeys(out)) or "every criterion SUPPORTED"
+
+
+def rows(size, results=RESULTS, registry=None):
+  """One row per experiment of run_all: its filed result at `size`, or what is missing."""
+  registry = designs.load() if registry is None else registry
+  out = []
+  for name in run_all.EXPERIMENTS:
+    entry = load(name, size, results)
+    if entry is None:
+      out.append(f"| `{name}` | not run at this size | | | | | |")
+      continue
+    d = entry.get("design") or {}
+    current = registry.get(name, {}).get(str(d.get("version")), {}).get(size)
+    design = f"v{d['version']} `{d['hash'][:8]}`" if d else "unregistered"
+    if d and current != d.get("hash"):
+      design += " (not the registered design)"
+    if d and not d.get("config_as_registered", True):
+      design += " (config varied)"
+    seeds = f"{len(entry.get('seeds', []))} + {len(entry.get('exploratory_seeds', []))}"
+    out.append(
+      f"| `{name}` | **{entry['verdict']}** | {design} | {entry.get('commit', '')} "
+      f"{entry.get('date', '')} | {seeds} | {_plateau(entry)} | {_rests_on(entry)} "
+      f"| {entry.get('seconds', '')} |"
+    )
+  return out
+
+
+def table(size, results=RESULTS, registry=None):
+  header = [
+    "| experiment | verdict | design | commit, date (UTC) | seeds: confirmatory + exploratory "
+    "| plateau (replicas finished) | what the verdict rests on | wall s |",
+    "|---|---|---|---|---|---|---|---:|",
+  ]
+  return "\n".join(header + rows(size, results, registry)) + "\n"
+
+
+def render(text, results=RESULTS, registry=None):
+  """`text` with every results table regenerated."""
+  return BLOCK.sub(
+    lambda m: m.group(1) + table(m.group("size"), results, registry) + m.group(4), text
+  )
+
+
+def drifted(documents=DOCUMENTS, results=RESULTS, registry=None):
+  """The documents whose tables disagree with `results`."""
+  out = []
+  for doc in documents:
+    with open(doc) as f:
+      text = f.read()
+    if render(text, results, registry) != text:
+      out.append(doc)
+  return out
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument("--add", default="", help="a results.json whose entries to file")
+  parser.add_argument("--check", action="store_true", help="exit 1 if a table drifted")
+  args = parser.parse_args(argv)
+  if args.add:
+    if not os.path.exists(args.add):
+      print(f"error: --add: no such file {args.add}")
+      return 2
+    for p in add(args.add):
+      print(f"filed {os.path.relpath(p, harness.REPO_ROOT)}")
+  if args.check:
+    bad = drifted()
+    for doc in bad:
+      print(f"{doc}: its results tables disagree with results/ (run python -m experiments.tables)")
+    return 1 if bad else 0
+  for doc in DOCUMENTS:
+    with open(doc) as f:
+      text = f.read()
+    new = render(text)
+    if new != text:
+      with open(doc, "w") as f:
+        f.write(new)
+      print(f"rewrote {os.path.relpath(doc, harness.REPO_ROOT)}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

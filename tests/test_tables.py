@@ -1,0 +1,68 @@
+"""The results tables of README.md and docs/experiments.md are generated from results/, and a
+table that disagrees with its file fails here (experiments/tables.py)."""
+
+import json
+
+import pytest
+
+from experiments import tables
+
+DOC = "intro\n<!-- results table: quick -->\nstale text\n<!-- end results table -->\nafter\n"
+
+
+def _entry(verdict="SUPPORTED", **fields):
+  return {
+    "experiment": "skips",
+    "size": "quick",
+    "verdict": verdict,
+    "design": {"experiment": "skips", "version": 1, "hash": "ab" * 32, "size": "quick"},
+    "commit": "0123456789ab",
+    "date": "2026-12-01 21:00",
+    "seeds": [0, 1, 2],
+    "exploratory_seeds": [100],
+    "controls": [],
+    "falsification": [{"name": "residual_learns", "description": "d", "verdict": "REFUTED"}],
+    "criteria": [
+      {"name": "residual_learns", "description": "d", "verdict": verdict, "note": "n"},
+    ],
+    "plateau": [{"exploratory": "100:target", "confirmatory": "0:flat 1:target 2:learning"}],
+    "seconds": 12.5,
+  } | fields
+
+
+def _file(tmp_path, entries):
+  src = tmp_path / "results.json"
+  src.write_text(json.dumps(entries))
+  return tables.add(str(src), str(tmp_path / "results"))
+
+
+def test_the_committed_tables_agree_with_results():
+  assert tables.drifted() == []
+
+
+def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
+  results = str(tmp_path / "results")
+  _file(tmp_path, [_entry("UNRESOLVED")])
+  registry = {"skips": {"1": {"quick": "ab" * 32}}}
+  text = tables.render(DOC, results, registry)
+  assert text.startswith("intro\n<!-- results table: quick -->\n| experiment |")
+  assert text.endswith("<!-- end results table -->\nafter\n") and "stale text" not in text
+  row = next(line for line in text.splitlines() if line.startswith("| `skips`"))
+  assert "**UNRESOLVED**" in row and "v1 `abababab`" in row and "3/4" in row
+  assert "residual_learns: UNRESOLVED (n)" in row and "| 3 + 1 |" in row
+  assert "| `positions` | not run at this size |" in text
+  doc = tmp_path / "doc.md"
+  doc.write_text(text)
+  assert tables.drifted([str(doc)], results, registry) == []
+  _file(tmp_path, [_entry("SUPPORTED")])  # the file changes; the table does not
+  assert tables.drifted([str(doc)], results, registry) == [str(doc)]
+  stale = tables.render(DOC, results, {"skips": {"1": {"quick": "cd" * 32}}})
+  assert "(not the registered design)" in stale
+
+
+def test_filing_refuses_an_entry_without_experiment_or_size(tmp_path):
+  with pytest.raises(ValueError, match=r"\[0\]: no experiment or size"):
+    _file(tmp_path, [_entry(size="")])
+  written = _file(tmp_path, [_entry()])
+  assert tables.load("skips", "quick", str(tmp_path / "results"))["verdict"] == "SUPPORTED"
+  assert written[0].endswith("skips_quick.json.gz")
