@@ -20,7 +20,9 @@ plots accuracy against state size; it fits no exponent and never checks saturati
                K log2(V) bits (in floats of 32 bits)
 
 experiments.fixed_memory and experiments.beyond both judge their capacity claims through this
-module, and the scorecard can read its table through `table` and `plot`.
+module (`default_law`, `arms`, `controls`, `criteria`, `falsification`, `section`); a caller
+with its own trained grid (the scorecard's widths per mixer) reads the same law with
+`read(points, knobs, pairs, state_of)` and shows it with `table` and `plot`.
 """
 
 import dataclasses
@@ -479,26 +481,45 @@ def _count_states(law):
   return out
 
 
-def law_of(metrics, law, family):
-  """The walk over the trained points of `family` (status LEFT_DESIGN when it needed one the
-  design does not train)."""
-  adjusted = metrics["adjusted"].get(family, {})
+def read(points, knobs, pairs, state_of):
+  """The law from already-trained points (for a caller with its own grid, e.g. the
+  scorecard's widths): `points[(knob, K)]` = per-seed adjusted accuracies, `state_of(knob,
+  K)` = state floats. Returns summary(...) of the walk, or {"status": LEFT_DESIGN, "missing":
+  (knob, K)} when the walk needs a point `points` lacks."""
+  found = _walk(points, knobs, pairs)
+  if found.status == LEFT_DESIGN:
+    return {"status": LEFT_DESIGN, "missing": found.points["missing"]}
+  return summary(found, state_of)
 
+
+def _walk(points, knobs, pairs, name=str):
   class Missing(Exception):
     pass
 
   def evaluate(knob, k):
-    key = setting(law, family, knob, k)
-    if key not in adjusted:
-      raise Missing(key)
-    return adjusted[key]
+    if (knob, k) not in points:
+      raise Missing(name((knob, k)))
+    return points[(knob, k)]
 
   try:
-    return search(law.knobs[family], law.pairs, evaluate)
+    return search(knobs, pairs, evaluate)
   except Missing as e:
-    out = Law(tuple(law.knobs[family]), tuple(law.pairs), status=LEFT_DESIGN)
+    out = Law(tuple(knobs), tuple(pairs), status=LEFT_DESIGN)
     out.points = {"missing": str(e)}
     return out
+
+
+def law_of(metrics, law, family):
+  """The walk over the trained points of `family` (status LEFT_DESIGN when it needed one the
+  design does not train)."""
+  adjusted = metrics["adjusted"].get(family, {})
+  points = {}
+  for knob in law.knobs[family]:
+    for k in law.pairs:
+      key = setting(law, family, knob, k)
+      if key in adjusted:
+        points[(knob, k)] = adjusted[key]
+  return _walk(points, law.knobs[family], law.pairs, lambda p: setting(law, family, *p))
 
 
 def readings(metrics, law):

@@ -137,3 +137,13 @@ def test_the_table_and_the_plot(tmp_path):
   name = harness.save(fig, str(tmp_path), "capacity.png")
   assert os.path.getsize(tmp_path / name) > 1000
   assert np.isfinite(laws["lstm"]["fit"]["interval"]).all()
+
+
+def test_read_from_trained_points_and_a_missing_point():
+  points = {(n, k): [1.0 if k <= n / 2 else 0.3] * 3 for n in KNOBS for k in (*PAIRS, 32)}
+  reading = capacity.read(points, KNOBS, (*PAIRS, 32), lambda n, k: 4 * n)
+  assert reading["status"] == capacity.SATURATED and reading["needed_knob"]["16"] == 32
+  assert reading["fit"]["slope"] == pytest.approx(1.0) and reading["growth_share"] == 1.0
+  del points[(8, 4)]
+  missing = capacity.read(points, KNOBS, PAIRS, lambda n, k: 4 * n)
+  assert missing == {"status": capacity.LEFT_DESIGN, "missing": "(8, 4)"}
