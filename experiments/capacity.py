@@ -648,7 +648,7 @@ def controls(metrics, law):
         "mean over seeds",
         verdict=verdict,
         name=f"{family}_learns",
-        reads=tuple((family, key) for key in keys),
+        reads=((family, best),) if best else (),  # the state it reads: its plateau decides
         note="" if best else f"no point at K={k0} trained",
       )
     )

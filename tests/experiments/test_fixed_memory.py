@@ -65,6 +65,13 @@ def test_the_claim_is_supported_with_its_controls_and_the_falsification_arm_refu
   assert _verdicts(config, metrics) == ([S, S], [U, S, S], [R])
   lstm = fixed_memory.criteria(metrics, config)[0]
   assert lstm.note.startswith("not saturated")
+  # the control reads the best state at the smallest K (the first of a tie), the growth
+  # criterion every point its walk trained
+  law = config.law
+  assert fixed_memory.controls(metrics, config)[0].reads == (
+    ("lstm", capacity.setting(law, "lstm", 16, 2)),
+  )
+  assert len(fixed_memory.criteria(metrics, config)[1].reads) == 5  # r 4, 8 | 8, 16 | 16
   found = capacity.readings(metrics, config.law)
   assert found["lstm"]["needed_knob"] == {"2": 16, "4": 32, "8": 64}
   assert found["lstm"]["fit"]["slope"] == pytest.approx(1.0)  # the state doubles with K
