@@ -1,14 +1,15 @@
 """The main job: every design-pressure experiment, one report.
 
   python -m experiments.run_all --workdir runs/ladder              # `make run`: size quick
-  python -m experiments.run_all --size full --workdir runs/full    # the full grids (~67 min)
+  python -m experiments.run_all --size full --workdir runs/full    # the full grids
   python -m experiments.run_all --only fixed_memory,cache --size tiny
   python -m experiments.fixed_memory --workdir runs/fixed_memory   # one experiment alone
 
-Sizes: tiny (the tests: seconds), quick (`make run`: all of them within 10 minutes on 2 CPU
-cores, at least 3 seeds per trained comparison), full (the capacity grids and the full
-learning-rate grid: budget 90 minutes on 2 CPU cores, measured 66 min 29 s in
-docs/experiments.md), accel (one GPU or TPU host).
+Sizes: tiny (the tests: seconds), quick (`make run`: budget 10 minutes on 2 CPU cores for
+all of them; 3 confirmatory + 1 exploratory seeds per trained arm, one learning rate, no
+budget growth, so a model still learning is UNRESOLVED), full (the capacity grids, 5 + 2
+seeds, the full learning-rate grid, budgets growing to their caps: 30 minutes per experiment
+on 2 CPU cores), accel (one GPU or TPU host).
 
 Writes <workdir>/report.md, <workdir>/results.json and the plots beside them, rewritten after
 each experiment. Verdicts: SUPPORTED, REFUTED, UNRESOLVED (e.g. a model still learning at its

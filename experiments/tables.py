@@ -93,13 +93,17 @@ def rows(size, results=RESULTS, registry=None):
   for name in run_all.EXPERIMENTS:
     entry = load(name, size, results)
     if entry is None:
-      out.append(f"| `{name}` | not run at this size | | | | | |")
+      out.append(f"| `{name}` | not run at this size | | | | | | |")
       continue
     d = entry.get("design") or {}
-    current = registry.get(name, {}).get(str(d.get("version")), {}).get(size)
+    versions = registry.get(name, {})
+    current = versions.get(str(d.get("version")), {}).get(size)
+    latest = max((int(v) for v in versions), default=None)
     design = f"v{d['version']} `{d['hash'][:8]}`" if d else "unregistered"
     if d and current != d.get("hash"):
       design += " (not the registered design)"
+    elif d and latest is not None and int(d["version"]) != latest:
+      design += f" (the current design is v{latest})"
     if d and not d.get("config_as_registered", True):
       design += " (config varied)"
     seeds = f"{len(entry.get('seeds', []))} + {len(entry.get('exploratory_seeds', []))}"

@@ -50,7 +50,7 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   row = next(line for line in text.splitlines() if line.startswith("| `skips`"))
   assert "**UNRESOLVED**" in row and "v1 `abababab`" in row and "3/4" in row
   assert "residual_learns: UNRESOLVED (n)" in row and "| 3 + 1 |" in row
-  assert "| `positions` | not run at this size |" in text
+  assert "| `positions` | not run at this size | | | | | | |" in text
   doc = tmp_path / "doc.md"
   doc.write_text(text)
   assert tables.drifted([str(doc)], results, registry) == []
@@ -58,6 +58,8 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   assert tables.drifted([str(doc)], results, registry) == [str(doc)]
   stale = tables.render(DOC, results, {"skips": {"1": {"quick": "cd" * 32}}})
   assert "(not the registered design)" in stale
+  newer = tables.render(DOC, results, {"skips": {"1": {"quick": "ab" * 32}, "2": {}}})
+  assert "(the current design is v2)" in newer
 
 
 def test_filing_refuses_an_entry_without_experiment_or_size(tmp_path):

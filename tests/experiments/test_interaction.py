@@ -31,8 +31,13 @@ def _metrics(**changes):
     "lowrank__share": 0.7,
     "tanh__share": 0.2,
     "additive__share": 0.0,
+    "bilinear__share_untrained": 0.0,
+    "lowrank__share_untrained": 0.0,
+    "tanh__share_untrained": 0.0,
+    "additive__share_untrained": 0.0,
   } | changes
-  m = {"chance": {"mqar": CHANCE}, "accuracy": {}, "adjusted": {}, "steps_to": {}, "share": {}}
+  m = {"chance": {"mqar": CHANCE}, "accuracy": {}, "adjusted": {}, "steps_to": {}}
+  m |= {"share": {}, "share_untrained": {}}
   for key, value in values.items():
     name, what = key.split("__")
     per_seed = list(value) if isinstance(value, list) else [value] * SEEDS
@@ -98,6 +103,22 @@ def test_each_threshold_from_both_sides(change, index, passes):
   assert _verdict(**change)[1] == _only(index, passes)
 
 
+def test_a_share_that_holds_at_init_fails_read_as_trained_minus_untrained():
+  # Version 1 read the trained share alone (0.8 >= 0.5); at init it was already 0.6.
+  assert _verdict(bilinear__share_untrained=0.6)[1] == _only(4)
+  assert _verdict(tanh__share=0.8, tanh__share_untrained=0.4)[1] == _only(6, True)
+
+
+def test_the_speed_reading_has_the_four_point_grid_at_full():
+  assert len(interaction.get_config("full").learning_rates) == 4
+
+
+def test_an_additive_scorer_the_recall_criterion_accepts_is_inconclusive():
+  config = interaction.get_config("quick")
+  assert judge(interaction, _metrics(additive__adjusted=0.95), config)[2] == "INCONCLUSIVE"
+  assert judge(interaction, _metrics(), config)[2] == "SUPPORTED"
+
+
 def test_never_reaching_counts_as_slowest():
   assert _verdict(tanh__steps_to=math.nan)[1] == _only(3, True)  # tanh never: slower
   assert _verdict(lowrank__steps_to=[200.0, math.nan, 200.0])[1] == _only(3, False)
@@ -141,6 +162,7 @@ def test_tiny_run_measures_the_trained_scorers(tmp_path):
     assert len(m["share"][name]) == len(config.confirmatory_seeds)
     assert all(0.0 <= s <= 1.0 for s in m["share"][name])
     assert len(m["steps_to"][name]) == len(config.confirmatory_seeds)
+    assert len(m["share_untrained"][name]) == len(config.confirmatory_seeds)
   assert max(m["share"]["additive"] + m["dependence"]["additive"]) <= interaction.CHECK_TOLERANCE
   assert min(m["dependence"]["lowrank"]) > 0.0
   assert np.isclose(m["surface_share"]["x1 * x3"], 1.0)
