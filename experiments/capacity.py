@@ -46,6 +46,7 @@ FLOAT_BITS = 32  # a float32 state entry, for the information floor in floats
 SATURATED = "saturated"  # the largest state failed at some K of the grid
 NOT_SATURATED = "not saturated"  # the largest state reached REACHES at every K tried
 NOT_LEARNING = "not learning"  # not even the largest state reached REACHES at the smallest K
+LEFT_DESIGN = "left the design"  # the walk needed a point the design does not train
 
 
 class RecurrentMixer(nn.Module):
@@ -157,10 +158,16 @@ class Law:
   points: dict = dataclasses.field(default_factory=dict)
   needed: dict = dataclasses.field(default_factory=dict)
   status: str = NOT_SATURATED
+  missing: str = ""  # status LEFT_DESIGN: the point the walk needed next
 
   @property
   def tried(self):
     return list(self.needed)
+
+
+class Missing(LookupError):
+  """Raised by an `evaluate` that has no trained point for (knob, K): the walk stops there,
+  its answers so far kept, with status LEFT_DESIGN."""
 
 
 def search(knobs, pairs, evaluate):
@@ -184,21 +191,24 @@ def search(knobs, pairs, evaluate):
       law.points[(knobs[i], k)] = [float(v) for v in evaluate(knobs[i], k)]
     return reaches(law.points[(knobs[i], k)])
 
-  i = 0
-  for n, k in enumerate(pairs):
-    if ok(i, k):
-      while i > 0 and ok(i - 1, k):
-        i -= 1
-      law.needed[k] = knobs[i]
-      continue
-    while i + 1 < len(knobs) and not ok(i + 1, k):
+  try:
+    i = 0
+    for n, k in enumerate(pairs):
+      if ok(i, k):
+        while i > 0 and ok(i - 1, k):
+          i -= 1
+        law.needed[k] = knobs[i]
+        continue
+      while i + 1 < len(knobs) and not ok(i + 1, k):
+        i += 1
+      if i + 1 == len(knobs):  # the largest failed
+        law.needed[k] = None
+        law.status = NOT_LEARNING if n == 0 else SATURATED
+        return law
       i += 1
-    if i + 1 == len(knobs):  # the largest failed
-      law.needed[k] = None
-      law.status = NOT_LEARNING if n == 0 else SATURATED
-      return law
-    i += 1
-    law.needed[k] = knobs[i]
+      law.needed[k] = knobs[i]
+  except Missing as e:
+    law.status, law.missing = LEFT_DESIGN, str(e)
   return law
 
 
@@ -284,6 +294,7 @@ def summary(law, state_of):
   """What results.json keeps of one law: every trained point, the answers, the fit."""
   return {
     "status": law.status,
+    **({"missing": law.missing} if law.status == LEFT_DESIGN else {}),
     "knobs": list(law.knobs),
     "pairs": list(law.pairs),
     "tried": law.tried,
@@ -309,9 +320,10 @@ def table(laws):
   pairs = sorted({int(k) for s in laws.values() for k in s["tried"]})
   rows = []
   for name, s in laws.items():
+    status = s["status"] + (f" at {s['missing']}" if s["status"] == LEFT_DESIGN else "")
     row = {
       "model": name,
-      "status": s["status"],
+      "status": status,
       "slope": s["fit"]["slope"],
       "slope 95%": s["fit"]["interval"],
     }
@@ -357,8 +369,6 @@ def plot(ax, laws, vocab_size, pairs):
 # `arms(law)`, `states(law)` (in measure, into metrics["state_floats"]), `readings(metrics,
 # law)`, `controls`, `criteria`, `falsification`, `section`: fixed_memory and beyond judge
 # the same law through the same functions.
-
-LEFT_DESIGN = "left the design"  # the walk needed a point the design does not train
 
 
 def default_law():
@@ -485,28 +495,17 @@ def read(points, knobs, pairs, state_of):
   """The law from already-trained points (for a caller with its own grid, e.g. the
   scorecard's widths): `points[(knob, K)]` = per-seed adjusted accuracies, `state_of(knob,
   K)` = state floats. Returns summary(...) of the walk, or {"status": LEFT_DESIGN, "missing":
-  (knob, K)} when the walk needs a point `points` lacks."""
-  found = _walk(points, knobs, pairs)
-  if found.status == LEFT_DESIGN:
-    return {"status": LEFT_DESIGN, "missing": found.points["missing"]}
-  return summary(found, state_of)
+  (knob, K)} and the answers found before it when the walk needs a point `points` lacks."""
+  return summary(_walk(points, knobs, pairs), state_of)
 
 
 def _walk(points, knobs, pairs, name=str):
-  class Missing(Exception):
-    pass
-
   def evaluate(knob, k):
     if (knob, k) not in points:
       raise Missing(name((knob, k)))
     return points[(knob, k)]
 
-  try:
-    return search(knobs, pairs, evaluate)
-  except Missing as e:
-    out = Law(tuple(knobs), tuple(pairs), status=LEFT_DESIGN)
-    out.points = {"missing": str(e)}
-    return out
+  return search(knobs, pairs, evaluate)
 
 
 def law_of(metrics, law, family):
@@ -523,14 +522,11 @@ def law_of(metrics, law, family):
 
 
 def readings(metrics, law):
-  """{family: summary(...)} for every claimed and reported family (status LEFT_DESIGN: only
-  the status and the missing point)."""
+  """{family: summary(...)} for every claimed and reported family (status LEFT_DESIGN: its
+  answers before the point it missed, and `missing`)."""
   out = {}
   for family in (*law.claimed, *law.reported):
     found = law_of(metrics, law, family)
-    if found.status == LEFT_DESIGN:
-      out[family] = {"status": LEFT_DESIGN, "missing": found.points["missing"]}
-      continue
     floats = metrics["state_floats"][family]
     out[family] = summary(found, lambda knob, k, f=floats: f[str(knob)])
   return out
@@ -683,12 +679,7 @@ def uniform(rows):
 def section(metrics, law, workdir, name):
   """(readings, table rows, plot file): the law's part of a report."""
   found = readings(metrics, law)
-  rows = table({f: r for f, r in found.items() if "fit" in r})
-  rows += [
-    {"model": f, "status": r["status"], "missing": r["missing"]}
-    for f, r in found.items()
-    if "fit" not in r
-  ]
+  rows = table(found)
   for model, family, knob in everywhere(law):
     row = {"model": f"{model} ({FAMILIES[family].knob}={knob})"}
     row["state"] = metrics["state_floats"][family][str(knob)]
@@ -702,7 +693,7 @@ def section(metrics, law, workdir, name):
 
   fig = harness.figure(width=6.5, height=4.5)
   ax = fig.add_subplot(1, 1, 1)
-  plot(ax, {f: r for f, r in found.items() if "fit" in r}, law.vocab_size, law.pairs)
+  plot(ax, found, law.vocab_size, law.pairs)
   for (model, family, knob), marker in zip(everywhere(law), "sx", strict=False):
     state = metrics["state_floats"][family][str(knob)]
     hit = [

@@ -146,4 +146,6 @@ def test_read_from_trained_points_and_a_missing_point():
   assert reading["fit"]["slope"] == pytest.approx(1.0) and reading["growth_share"] == 1.0
   del points[(8, 4)]
   missing = capacity.read(points, KNOBS, PAIRS, lambda n, k: 4 * n)
-  assert missing == {"status": capacity.LEFT_DESIGN, "missing": "(8, 4)"}
+  assert missing["status"] == capacity.LEFT_DESIGN and missing["missing"] == "(8, 4)"
+  assert missing["needed_knob"] == {"2": 4}  # what the walk found before it left
+  assert capacity.table({"m": missing})[0]["status"] == "left the design at (8, 4)"
