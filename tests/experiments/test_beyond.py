@@ -242,3 +242,25 @@ def test_the_recall_and_law_plots(tmp_path):
   found, rows, plot = capacity.section(metrics, config.law, str(tmp_path), beyond.NAME)
   assert found["linear_attention"]["status"] == capacity.SATURATED
   assert os.path.getsize(tmp_path / plot) > 1000 and len({tuple(r) for r in rows}) == 1
+
+
+def test_the_cost_benchmark_runs_once_for_every_seed_view(monkeypatch):
+  """measure() runs for the confirmatory and the exploratory seeds (and each rate): one
+  benchmark, one timing (two timings under load once read 1.04 and 1.38 for one slope)."""
+  from jaxformer.bench import attention as bench
+
+  calls = []
+
+  def run(lengths, impls, **kwargs):
+    calls.append(lengths)
+    return [{"impl": k, "L": n, "peak_bytes": n, "time_s": 1e-3 * n, "cpu_s": 1e-3 * n,
+             "status": "ok"} for k in impls for n in lengths]  # fmt: skip
+
+  monkeypatch.setattr(bench, "run", run)
+  config = beyond.get_config("tiny")
+  config.lengths = (96, 192)  # a setting no other test measured in this process
+  first, second = beyond.cost(config), beyond.cost(config)
+  assert first is second and len(calls) == 1
+  config.lengths = (96, 384)
+  beyond.cost(config)
+  assert len(calls) == 2
