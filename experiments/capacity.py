@@ -351,6 +351,8 @@ def plot(ax, laws, vocab_size, pairs):
     for k, v in s["needed_state"].items():
       if v is None:  # saturated: the need lies above the largest state
         ax.scatter([int(k)], [s["largest_state"][k]], marker="^", s=60, color=line.get_color())
+  if any(v is None for s in laws.values() for v in s["needed_state"].values()):
+    ax.scatter([], [], marker="^", s=60, color="gray", label="largest state failed: need above")
   ks = np.asarray(sorted(pairs), float)
   ax.plot(ks, [floor_floats(k, vocab_size) for k in ks], "--", color="gray",
           label=f"floor K log2({vocab_size}) bits")  # fmt: skip
