@@ -31,8 +31,8 @@ bytes per token beats it by more than 0.05 adjusted accuracy.
   python -m experiments.cache --size full --workdir runs/cache_full
 
 Sizes: quick (`make run`): D=64, H=2, 2 layers, bilinear and r in {1, 16}, MQAR V=64 L=16
-K=4, 3 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
-a larger vocabulary), r in {1, 2, 4, 16}, 3 seeds x lr {3e-3, 1e-2}, up to 1,500 steps.
+K=4, 3+1 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
+a larger vocabulary), r in {1, 2, 4, 16}, 5+2 seeds x lr {3e-3, 1e-2}, up to 1,500 steps.
 accel: D=256, r in {2, 8, 32, 64, 256}, MQAR V=1024 L=128 K=16. Measured numbers:
 docs/experiments.md.
 """

@@ -41,7 +41,7 @@ accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model
   python -m experiments.mlp_memory --size full --workdir runs/mlp_memory_full
 
 Sizes: quick (`make run`): D=64, 2 heads, 2 layers, L=32; W2 claim (a) at F = D, the fold
-models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3 seeds at lr 3e-3, 300
+models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3+1 seeds at lr 3e-3, 300
 steps (the other fold cells 100). full: F in {D, 4D} (claim (b)), fold models at 4D, 3 seeds x
 lr {3e-3, 1e-2}, 1,500 steps (fold cells 500). Measured numbers: docs/experiments.md.
 """

@@ -31,10 +31,10 @@ tau (the tau with the best mean over seeds).
   python -m experiments.normalization --size full --workdir runs/normalization_full
 
 Sizes: quick (`make run`): D=64, 1 head (r = 64), 2 layers, MQAR V=16 K=4, no layer norm:
-none at L in {16, 64}, softmax at L=64 (the three arms claims (a) and (b) need), 3 seeds at lr
+none at L in {16, 64}, softmax at L=64 (the three arms claims (a) and (b) need), 3+1 seeds at lr
 3e-3, up to 300 steps; no tau sweep (each tau is a compiled program of its own). full: LN none
 and pre, none at L in {16, 64, 256} and softmax at 256, and the tau sweep at r in {8, 32, 128},
-L=64; 3 seeds at lr 3e-3 (a second learning rate would double the replicas of the L=256 arms).
+L=64; 3+1 seeds at lr 3e-3 (a second learning rate would double the replicas of the L=256 arms).
 accel: L up to 2048 and 4 learning rates. Measured numbers: docs/experiments.md.
 """
 

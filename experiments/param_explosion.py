@@ -30,8 +30,8 @@ real modules' counts against the closed forms up to D = 512 with jax.eval_shape)
 
 quick: D=16, K=4: diagonal (16 functions, 2,048 mixing parameters per layer) and the matrix
 sum matched to it (5 heads, 1,920), MQAR V=16 L=16 K=4, 2 layers, batch 32, up to 800 steps,
-3 seeds at lr 3e-3. full: D=12: + full_dynamic (144 functions, 13,824) and its matched matrix
-sum (57 heads, 13,680), 3 seeds x lr {3e-3, 1e-2}, 800 steps. accel: D=32 (full: 1,024
+3+1 seeds at lr 3e-3. full: D=12: + full_dynamic (144 functions, 13,824) and its matched matrix
+sum (57 heads, 13,680), 5+2 seeds x lr {3e-3, 1e-2}, 800 steps. accel: D=32 (full: 1,024
 functions), MQAR V=256 L=64 K=8.
 Measured numbers, and what they show: docs/experiments.md.
 """

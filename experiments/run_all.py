@@ -72,17 +72,23 @@ def run_one(module, size, workdir):
 
 
 def plateau_line(result):
-  """'plateau 11/12 replicas': replicas at their arms' selected points that finished learning."""
-  status = [
-    s
-    for row in result.plateau
-    for part in (row["exploratory"], row["confirmatory"])
-    for s in part.split()
-  ]
-  if not status:
+  """'plateau 11/12 replicas (still learning: m @ s seeds 0, 2)': the replicas at their arms'
+  selected points that finished learning, and which did not."""
+  done, total, learning = 0, 0, []
+  for row in result.plateau:
+    seeds = [
+      s.split(":") for part in (row["exploratory"], row["confirmatory"]) for s in part.split()
+    ]
+    total += len(seeds)
+    done += sum(status in protocol.FINISHED for _, status in seeds)
+    still = [seed for seed, status in seeds if status not in protocol.FINISHED]
+    if still:
+      learning.append(f"{row['model']} @ {row['setting']} seeds {', '.join(still)}")
+  if not total:
     return "(nothing trained)"
-  done = sum(s.split(":")[1] in protocol.FINISHED for s in status)
-  return f"plateau {done}/{len(status)} replicas"
+  return f"plateau {done}/{total} replicas" + (
+    f" (still learning: {'; '.join(learning)})" if learning else ""
+  )
 
 
 def _parser(single):

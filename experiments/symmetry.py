@@ -33,8 +33,8 @@ neighbour contrast exceeds matrix_sum's by >= CONTRAST_MARGIN (paired by seed: s
   python -m experiments.symmetry --size accel --workdir runs/symmetry_accel
 
 quick: MQAR V=16 L=16 K=4 only (induction needs ~1,500 steps: full size), D=64, 2 layers,
-batch 32, up to 300 steps, 3 seeds at lr 3e-3. full: MQAR and induction V=16 L=16 (one
-compiled program per model serves both), up to 1,500 steps, 3 seeds x lr {3e-3, 1e-2}.
+batch 32, up to 300 steps, 3+1 seeds at lr 3e-3. full: MQAR and induction V=16 L=16 (one
+compiled program per model serves both), up to 1,500 steps, 5+2 seeds x lr {3e-3, 1e-2}.
 accel: MQAR V=256 L=64 K=8 and induction V=256 L=64, D=128, 4 learning rates.
 Measured numbers, and what they show: docs/experiments.md.
 """

@@ -79,3 +79,23 @@ def test_a_failed_control_makes_the_verdict_inconclusive(tmp_path, monkeypatch, 
   assert (
     "symmetry         INCONCLUSIVE (nothing trained)  (control failed: the control learns)" in out
   )
+
+
+def test_the_summary_names_the_replicas_still_learning():
+  result = report.Result("skips", "", "", [], {})
+  result.plateau = [
+    {
+      "model": "no_skip",
+      "setting": "depth=4",
+      "exploratory": "100:flat",
+      "confirmatory": "0:learning 1:target 2:learning",
+    },
+    {
+      "model": "residual",
+      "setting": "depth=4",
+      "exploratory": "100:target",
+      "confirmatory": "0:target 1:target 2:diverged",
+    },
+  ]
+  line = run_all.plateau_line(result)
+  assert line == "plateau 6/8 replicas (still learning: no_skip @ depth=4 seeds 0, 2)"
