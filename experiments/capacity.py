@@ -50,7 +50,7 @@ LEFT_DESIGN = "left the design"  # the walk needed a point the design does not t
 
 
 class RecurrentMixer(nn.Module):
-  """A recurrent cell as a sequence mixer: x_BLD -> cell states h_BLN -> h Wo [B, L, D].
+  """A recurrent cell as a sequence mixer: x_BLD -> cell states h_BLK -> h Wo [B, L, D].
 
   The cell's hidden size N is its own knob, apart from the shell's width D, so the LSTM and
   Elman models sit in the same block as attention with the same D; decoding keeps the carry
@@ -62,9 +62,10 @@ class RecurrentMixer(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, decode=False):
-    h_BLN = Recurrent(cell=self.cell, width=self.hidden, name="cell")(x_BLD, decode=decode)
-    wo_ND = param(self, "wo", (self.hidden, self.width), (axes.MLP, axes.EMBED))
-    return jnp.einsum("BLN,ND->BLD", h_BLN, wo_ND.astype(h_BLN.dtype))
+    # K: the cell's N hidden units (the inner width, as a head's rank is attention's)
+    h_BLK = Recurrent(cell=self.cell, width=self.hidden, name="cell")(x_BLD, decode=decode)
+    wo_KD = param(self, "wo", (self.hidden, self.width), (axes.MLP, axes.EMBED))
+    return jnp.einsum("BLK,KD->BLD", h_BLK, wo_KD.astype(h_BLK.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
