@@ -11,22 +11,27 @@ Three parts:
            and in 2 layers. A window layer reads w - 1 tokens back, so n stacked window
            layers relay a fact over n (w - 1): the reach is d <= n (w - 1) + 1 (1 layer: w).
            Each (model, distance) trains on its own needle task.
-  capacity linear attention's MQAR recall as the pairs K grow at a fixed feature dimension
-           (its state is r x r per head whatever L: the fixed memory of section 1 again),
-           beside softmax attention of the same shape (full and accel sizes).
+  capacity the capacity law of experiments/capacity.py (fixed_memory's, the same code): linear
+           attention's smallest decode state reaching 0.9 adjusted at each K, K growing until
+           its largest feature dimension fails, beside softmax attention at every K, in the
+           same 2-block shell (full and accel sizes).
 
 Controls (else INCONCLUSIVE): full attention recalls the needle at every distance (>= RECALLS,
-every seed), so the task is learnable where the window fails; softmax attention recalls at
-every K (>= RECALLS, every seed) and linear attention learns the smallest K (adjusted >=
-CONTROL_ADJUSTED, every seed), so a drop is capacity, not a failure to train.
+every seed), so the task is learnable where the window fails; with the capacity part, linear
+attention learns the smallest K (its best state reaches 0.9 adjusted, mean over seeds:
+capacity.controls), so a growing need is capacity, not a failure to train.
 Claim: (a) memory slope (log-log, two largest L) of dense >= QUADRATIC, of the others <=
 LINEAR; CPU-time slope of dense >= TIME_QUADRATIC, of the sliding window <= LINEAR (single
 measurements); (b) each window model recalls (>= RECALLS) at every distance within its reach
-and is at chance (adjusted <= AT_CHANCE) at every distance beyond it, every seed; (c) linear
-attention's adjusted accuracy drops by >= DROP from the smallest K to the largest, every
-seed (paired by seed); (d) accel only: blockwise attention runs faster than dense at the
+and is at chance (adjusted <= AT_CHANCE) at every distance beyond it, every seed; (c) the
+capacity law (capacity.criteria): linear attention's needed state grows with K (log-log
+slope's bootstrap 95% interval over seeds > 0) and its largest feature dimension fails at
+some K (else UNRESOLVED, "not saturated"), while softmax attention reaches 0.9 adjusted at
+every K, every seed; (d) accel only: blockwise attention runs faster than dense at the
 largest L (memory traffic, not arithmetic, bounds a GPU: FlashAttention, Dao et al. 2022), and
 block-sparse attention's time over dense's is reported beside its share of dense's work.
+Falsification arm (with the capacity part): linear attention at a tiny feature dimension,
+trained at every K and judged by the softmax criterion of (c); it must be REFUTED.
 Chance: needle 1 / (V - V/2) (a guess among the value ids), MQAR 1 / K.
 
   python -m experiments.beyond --workdir runs/beyond                       # quick
@@ -36,12 +41,10 @@ Chance: needle 1 / (V - V/2) (a guess among the value ids), MQAR 1 / K.
 
 Sizes: quick (`make run`): cost at L in {2048, 4096, 8192}; needle V=64 L=32 at distances
 {6, 12, 28}, window 8 (reach 8 in 1 layer, 15 in 2), D=32, 3 seeds at lr 1e-2; no capacity
-part (its 2-layer MQAR arms would cost several times the rest; the scorecard's quick run
-trains linear and softmax attention at K = 4 and 8). full: distances {6, 8, 12, 14, 28} (up
-to 500 steps), the capacity part (MQAR V=32 L=32, K in {2, 8}, D = r = 32, up to 1,000
-steps), 3 seeds x lr {3e-3, 1e-2}. accel: L up to 32768 with
-dot_product and block_sparse and the time verdict, needle L=512 with a window of 128,
-MQAR V=8192 L=256 K in {4, 16, 64}.
+part (fixed_memory's quick run trains the same law). full: distances {6, 8, 12, 14, 28} (up
+to 500 steps), 3 seeds x lr {3e-3, 1e-2}, and the capacity part: fixed_memory's full law for
+linear attention alone (see get_config). accel: L up to 32768 with dot_product and
+block_sparse and the time verdict, needle L=512 with a window of 128, the law at V=8192.
 Measured numbers: docs/experiments.md.
 """
 
@@ -52,14 +55,14 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import capacity, harness, protocol, report, run_all
 
 NAME = "beyond"
 CLAIM = (
   "Dense attention's memory grows quadratically in L while blockwise, sliding-window and "
   "linear attention grow linearly; a sliding window recalls a needle only within its reach, "
-  "which stacking layers extends by w - 1 each; linear attention's fixed state loses recall "
-  "as the pairs grow where softmax attention keeps it."
+  "which stacking layers extends by w - 1 each; linear attention's fixed state needs a "
+  "larger feature dimension to recall more pairs, where softmax attention recalls at every K."
 )
 
 KERNELS = ("dense", "blockwise", "sliding_window", "linear")
@@ -71,8 +74,65 @@ LINEAR = 1.2  # the others' memory, and the sliding window's CPU time: slope <=
 TIME_QUADRATIC = 1.5  # dense CPU-time slope >= (time is noisier than memory)
 RECALLS = 0.9  # accuracy counted as recall
 AT_CHANCE = 0.1  # chance-adjusted accuracy counted as chance
-CONTROL_ADJUSTED = 0.5  # linear attention learns the smallest K: adjusted >= this
-DROP = 0.2  # linear attention: adjusted accuracy at the smallest K - at the largest >= this
+
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 1
+SPECS = (
+  protocol.Spec(
+    "full_recalls",
+    f"full attention recalls the needle at every distance: accuracy >= {RECALLS}, every seed",
+    threshold=RECALLS,
+    reads=("full",),
+    control=True,
+  ),
+  protocol.Spec(
+    "linear_attention_learns",
+    f"linear attention learns the smallest K: its best state reaches {RECALLS} adjusted (mean)",
+    threshold=RECALLS,
+    reads=("linear_attention",),
+    control=True,
+  ),
+  protocol.Spec(
+    "memory_slopes",
+    f"memory slope of dense >= {QUADRATIC}, of blockwise / sliding_window / linear <= {LINEAR}",
+    threshold=QUADRATIC,
+  ),
+  protocol.Spec(
+    "cpu_time_slopes",
+    f"CPU-time slope of dense >= {TIME_QUADRATIC}, of the sliding window <= {LINEAR}",
+    threshold=TIME_QUADRATIC,
+  ),
+  *(
+    protocol.Spec(
+      f"window_x{n}_{side}",
+      f"the {n}-layer window: accuracy >= {RECALLS} within its reach"
+      if side == "within"
+      else f"the {n}-layer window: adjusted accuracy <= {AT_CHANCE} beyond its reach",
+      threshold=RECALLS if side == "within" else AT_CHANCE,
+    )
+    for n in (1, 2)
+    for side in ("within", "beyond")
+  ),
+  protocol.Spec(
+    "linear_attention_grows",
+    "linear attention: the largest feature dimension fails at some K, and the smallest state "
+    f"reaching {RECALLS} adjusted grows with K (capacity.growth)",
+    threshold=capacity.GROWTH_SHARE,
+    reads=("linear_attention",),
+  ),
+  protocol.Spec(
+    "attention_recalls",
+    f"softmax attention reaches {RECALLS} adjusted at every K, every seed",
+    threshold=RECALLS,
+    reads=(capacity.ATTENTION_ARM,),
+  ),
+  protocol.Spec("blockwise_faster", "accel: blockwise runs faster than dense at the largest L"),
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    "window x1", "window_x1_within", "the one-layer window read as recalling past its reach"
+  ),
+)
 
 
 def get_config(size="quick"):
@@ -99,22 +159,19 @@ def get_config(size="quick"):
   # at 3e-3, measured at distance 16).
   c.needle_learning_rates = (1e-2,)
   c.needle_steps = 250  # upper bound per needle arm (a window past its reach never stops early)
-  # capacity: MQAR at a fixed feature dimension. Off at quick: its 2 x |K| arms of 2-layer
-  # models cost several times the rest of the experiment (the scorecard's quick run trains
-  # linear attention at K = 4 and 8 beside softmax attention); on at full and accel.
+  # capacity: the law of experiments/capacity.py for linear attention beside softmax
+  # attention. Off at quick (fixed_memory's quick run trains the same law); on at full and
+  # accel, where it is fixed_memory's law of that size with linear attention alone.
   c.capacity = False
-  c.mqar_vocab = 32
-  c.mqar_len = 32
-  c.pairs = (2, 8)  # K; MQAR needs L >= 4 K
-  c.mqar_width = 32
-  c.feature_dim = 32  # r: linear attention's state is r x r per head (one head of D)
-  c.mqar_learning_rates = (3e-3,)
+  c.law = capacity_law("quick")
   # the sweep protocol
-  c.seeds = (0, 1, 2)
+  c.exploratory_seeds = (100,)  # selection and sizing
+  c.confirmatory_seeds = (0, 1, 2)  # the verdict of record
   c.learning_rates = (3e-3,)  # unused: every arm names its own grid
   c.weight_decays = (0.1,)
   c.batch_size = 64
   c.total_steps = 250  # upper bound per arm; early stop at early_stop_accuracy
+  c.step_cap = 250  # quick: no budget growth (a window past its reach plateaus at chance)
   c.warmup_steps = 30
   c.eval_every = 50
   c.early_stop_accuracy = 0.97
@@ -125,9 +182,10 @@ def get_config(size="quick"):
     c.kernels, c.lengths, c.repeats = ("dense", "sliding_window"), (64, 128), 1
     c.block_size, c.bench_window = 32, 16
     c.needle_len, c.distances, c.window, c.needle_width = 16, (2, 8), 4, 8
-    c.window_layers = (2,)
-    c.mqar_vocab, c.mqar_len, c.mqar_width, c.feature_dim, c.pairs = 16, 16, 8, 4, (2, 4)
-    c.seeds, c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = (0, 1), 8, 2, 2, 1
+    c.window_layers = (1,)
+    c.law = capacity_law("tiny")
+    c.exploratory_seeds, c.confirmatory_seeds = (100,), (0,)
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 2, 2, 1, 2
     c.needle_steps, c.num_examples, c.num_test_examples = 2, 64, 32
   elif size == "full":
     # Cut to fit the full budget after the full run of 2026-12-01 (beyond: 23 min): within
@@ -136,22 +194,22 @@ def get_config(size="quick"):
     # side of the 1- and 2-layer reach); linear attention recalled K = 2, 4 and 8 alike
     # (adjusted 0.91-1.0), so K = 4 is dropped and the claim reads K = 2 against K = 8.
     c.distances = (6, 8, 12, 14, 28)
-    c.capacity, c.pairs = True, (2, 8)
+    c.capacity, c.law = True, capacity_law("full")
     c.needle_learning_rates = protocol.FULL_LEARNING_RATES
-    c.mqar_learning_rates = protocol.FULL_LEARNING_RATES
     c.needle_steps, c.total_steps, c.num_examples = 500, 1000, 20_000
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    c.step_cap, c.lr_cap = 1000, (1e-4, 3e-2)
   elif size == "accel":
     c.kernels = (*KERNELS, "dot_product", "block_sparse")
     c.lengths = (2048, 4096, 8192, 16384, 32768)
     c.repeats, c.time_verdict = 10, True
     c.needle_vocab, c.needle_len, c.needle_width = 256, 512, 64
     c.window, c.distances = 128, (64, 128, 200, 255, 300, 510)
-    c.mqar_vocab, c.mqar_len, c.pairs, c.mqar_width = 8192, 256, (4, 16, 64), 128
-    c.capacity, c.feature_dim = True, 128
+    c.capacity, c.law = True, capacity_law("accel")
     c.needle_learning_rates = (3e-3, 1e-2)
-    c.mqar_learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 128, 5000, 250, 500
-    c.needle_steps = 5000
+    c.needle_steps, c.step_cap = 5000, 10_000
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
     c.num_examples, c.num_test_examples = 50_000, 1000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
@@ -193,32 +251,24 @@ def needle_task(config, distance):
   )
 
 
-# --- capacity: MQAR at a fixed feature dimension --------------------------------------------
+# --- capacity: the law of experiments/capacity.py ------------------------------------------
 
 
-def mqar_models(config):
-  base = {
-    "num_heads": 1,
-    "rank": config.feature_dim,
-    "d_model": config.mqar_width,
-    "d_ff": 4 * config.mqar_width,
-    "num_layers": 2,
-    "vocab_size": config.mqar_vocab,
-    "max_len": config.mqar_len,
-  }
-  return {"softmax": dict(base), "linear": dict(base, attention="linear")}
+def capacity_law(size):
+  """fixed_memory's capacity design of `size` with linear attention as the one judged
+  fixed-state model (the LSTM and Elman are fixed_memory's alone)."""
+  from experiments import fixed_memory
 
-
-def mqar_setting(pairs):
-  return f"mqar K={pairs}"
-
-
-def mqar_task(config, pairs):
-  return (
-    f"mqar:vocab_size={config.mqar_vocab},seq_len={config.mqar_len},num_kv_pairs={pairs},"
-    f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
-    f"seed={config.data_seed}"
-  )
+  config = fixed_memory.get_config(size)
+  law = config.law
+  law.schedule = {f: config[f] for f in protocol.SCHEDULE if f in config}
+  law.learning_rates = tuple(config.learning_rates)
+  law.step_cap = config.step_cap
+  law.knobs = {"linear_attention": law.knobs["linear_attention"]}
+  law.points = {f: p for f, p in law.points.items() if f == "linear_attention"}
+  law.claimed, law.reported = ("linear_attention",), ()
+  law.falsification = None  # beyond's falsification arm is the needle window's
+  return law
 
 
 def arms(config):
@@ -236,18 +286,8 @@ def arms(config):
           learning_rates=tuple(config.needle_learning_rates),
         )
       )
-  for name, fields in mqar_models(config).items() if config.capacity else ():
-    for pairs in config.pairs:
-      out.append(
-        protocol.Arm(
-          name,
-          mqar_setting(pairs),
-          "transformer",
-          mqar_task(config, pairs),
-          fields,
-          learning_rates=tuple(config.mqar_learning_rates),
-        )
-      )
+  if config.capacity:
+    out += capacity.arms(config.law)
   return out
 
 
@@ -259,8 +299,23 @@ def last_slope(xs, ys):
   return float(np.log(ys[-1] / ys[-2]) / np.log(xs[-1] / xs[-2]))
 
 
+_COSTS = {}  # the benchmark's fields -> cost(config): measured once per process
+
+
 def cost(config):
-  """Rows of the attention benchmark; per kernel: memory and seconds vs L."""
+  """Per kernel: memory and seconds vs L, from the attention benchmark. Measured once per
+  benchmark setting: measure() runs once per seed view (confirmatory, exploratory, each
+  rate), and two timings of the one benchmark must not become two readings of it."""
+  fields = ("lengths", "kernels", "head_dim", "block_size", "bench_window", "repeats")
+  key = repr(
+    [tuple(config[f]) if isinstance(config[f], tuple | list) else config[f] for f in fields]
+  )
+  if key not in _COSTS:
+    _COSTS[key] = _measure_cost(config)
+  return _COSTS[key]
+
+
+def _measure_cost(config):
   from jaxformer.bench import attention as bench
 
   rows = bench.run(
@@ -310,6 +365,21 @@ def measure(config, trained, workdir):
   ]
   trained_metrics = trained.metrics()
   plots = [_plot_cost(by_kernel, workdir), _plot_recall(config, trained_metrics, workdir)]
+  law = config.law
+  capacity_setup = ""
+  if config.capacity:
+    metrics["state_floats"] = capacity.states(law)
+    found, rows, plot = capacity.section(trained_metrics | metrics, law, workdir, NAME)
+    metrics["law"] = found
+    table = capacity.uniform(table + rows)
+    plots.append(plot)
+    capacity_setup = (
+      f" Capacity: the law of experiments/capacity.py on MQAR V={law.vocab_size} "
+      f"L={law.seq_len}, K in {list(law.pairs)}, linear attention at feature dimensions "
+      f"{list(law.knobs['linear_attention'])} and softmax attention at width "
+      f"{law.attention[1]}, in one {law.num_layers}-block shell of width D={law.width}; "
+      "state: floats of the real decode cache."
+    )
   setup = (
     f"Cost: jaxformer.bench.attention.run, causal self-attention fwd+bwd, 1 head of "
     f"{config.head_dim}, batch 1, float32, window {config.bench_window}, blocks of "
@@ -317,11 +387,8 @@ def measure(config, trained, workdir):
     f"are log-log between the two largest L (time: process CPU seconds). Reach: rung "
     f"transformer, 1 head, D={config.needle_width}, full attention in 1 layer or a window of "
     f"{config.window} in {list(config.window_layers)} layers (reach n (w - 1) + 1), each "
-    f"trained on needle V={config.needle_vocab} L={config.needle_len} at one distance. "
-    f"Capacity: rung transformer, 2 layers, D={config.mqar_width}, 1 head of rank "
-    f"{config.feature_dim} (linear attention's state: {config.feature_dim} x "
-    f"{config.feature_dim} per layer), softmax or linear, on MQAR V={config.mqar_vocab} "
-    f"L={config.mqar_len}. Sparse vs dense timing is judged at accel size only ("
+    f"trained on needle V={config.needle_vocab} L={config.needle_len} at one distance."
+    f"{capacity_setup} Sparse vs dense timing is judged at accel size only ("
     f"{jax.devices()[0].platform} here)."
   )
   return protocol.Section(metrics=metrics, table=table, plots=plots, setup=setup)
@@ -340,30 +407,18 @@ def highest(per_setting):
 
 
 def controls(metrics, config):
-  acc, adj = metrics["accuracy"], metrics["adjusted"]
+  acc = metrics["accuracy"]
   out = [
     report.every_seed(
       f"full attention recalls the needle at every distance: accuracy >= {RECALLS} (per seed: "
       "its lowest)",
       lowest(acc["full"][needle_setting(d)] for d in config.distances),
       lambda a: a >= RECALLS,
+      name="full_recalls",
+      reads=tuple(("full", needle_setting(d)) for d in config.distances),
     )
   ]
-  if not config.capacity:
-    return out
-  k0 = mqar_setting(config.pairs[0])
-  return out + [
-    report.every_seed(
-      f"softmax attention recalls at every K: accuracy >= {RECALLS} (per seed: its lowest)",
-      lowest(acc["softmax"][mqar_setting(k)] for k in config.pairs),
-      lambda a: a >= RECALLS,
-    ),
-    report.every_seed(
-      f"linear attention learns the smallest K: adjusted accuracy >= {CONTROL_ADJUSTED} at {k0}",
-      adj["linear"][k0],
-      lambda a: a >= CONTROL_ADJUSTED,
-    ),
-  ]
+  return out + (capacity.controls(metrics, config.law) if config.capacity else [])
 
 
 def criteria(metrics, config):
@@ -374,46 +429,19 @@ def criteria(metrics, config):
       f"~L (slope <= {LINEAR})",
       mem["dense"] >= QUADRATIC and all(mem[k] <= LINEAR for k in LINEAR_IN_L if k in mem),
       {f"{k}_memory_slope": v for k, v in mem.items()},
+      name="memory_slopes",
     ),
     report.Criterion(
       f"CPU time: dense slope >= {TIME_QUADRATIC}, sliding_window slope <= {LINEAR}",
       cpu["dense"] >= TIME_QUADRATIC and cpu["sliding_window"] <= LINEAR,
       {f"{k}_time_slope": v for k, v in cpu.items()},
+      name="cpu_time_slopes",
     ),
   ]
-  reach = metrics["reach"]
   for layers in config.window_layers:
-    name = window_name(config, layers)
-    acc, adj = metrics["accuracy"][name], metrics["adjusted"][name]
-    within = [d for d in config.distances if d <= reach[name]]
-    beyond = [d for d in config.distances if d > reach[name]]
-    out.append(
-      report.every_seed(
-        f"{name} (reach {reach[name]}): accuracy >= {RECALLS} at every distance within "
-        f"{within} (per seed: its lowest)",
-        lowest(acc[needle_setting(d)] for d in within) if within else [],
-        lambda a: a >= RECALLS,
-      )
-    )
-    out.append(
-      report.every_seed(
-        f"{name}: at chance beyond its reach, adjusted accuracy <= {AT_CHANCE} at {beyond} "
-        "(per seed: its highest)",
-        highest(adj[needle_setting(d)] for d in beyond) if beyond else [],
-        lambda a: a <= AT_CHANCE,
-      )
-    )
+    out += [within_reach(metrics, config, layers), beyond_reach(metrics, config, layers)]
   if config.capacity:
-    k0, k1 = mqar_setting(config.pairs[0]), mqar_setting(config.pairs[-1])
-    small, large = metrics["adjusted"]["linear"][k0], metrics["adjusted"]["linear"][k1]
-    out.append(
-      report.every_seed(
-        f"linear attention (feature dimension {config.feature_dim}): adjusted accuracy drops "
-        f"by >= {DROP} from {k0} to {k1}",
-        [a - b for a, b in zip(small, large, strict=True)],
-        lambda d: d >= DROP,
-      )
-    )
+    out += capacity.criteria(metrics, config.law)
   if config.time_verdict:
     over = metrics["time_over_dense"]
     out.append(
@@ -422,9 +450,48 @@ def criteria(metrics, config):
         "dense reported beside it)",
         over["blockwise"] < 1.0,
         {f"{k}_time_over_dense": v for k, v in over.items()},
+        name="blockwise_faster",
       )
     )
   return out
+
+
+def within_reach(metrics, config, layers, distances=None):
+  """The window of `layers` layers recalls (>= RECALLS, every seed's lowest) at every
+  distance within its reach (or at `distances`: the falsification reading)."""
+  name, reach = window_name(config, layers), metrics["reach"][window_name(config, layers)]
+  within = [d for d in config.distances if d <= reach] if distances is None else list(distances)
+  acc = metrics["accuracy"][name]
+  return report.every_seed(
+    f"{name} (reach {reach}): accuracy >= {RECALLS} at every distance in {within} (per seed: "
+    "its lowest)",
+    lowest(acc[needle_setting(d)] for d in within) if within else [],
+    lambda a: a >= RECALLS,
+    name=f"window_x{layers}_within",
+    reads=tuple((name, needle_setting(d)) for d in within),
+  )
+
+
+def beyond_reach(metrics, config, layers):
+  name, reach = window_name(config, layers), metrics["reach"][window_name(config, layers)]
+  beyond = [d for d in config.distances if d > reach]
+  adj = metrics["adjusted"][name]
+  return report.every_seed(
+    f"{name}: at chance beyond its reach, adjusted accuracy <= {AT_CHANCE} at {beyond} "
+    "(per seed: its highest)",
+    highest(adj[needle_setting(d)] for d in beyond) if beyond else [],
+    lambda a: a <= AT_CHANCE,
+    name=f"window_x{layers}_beyond",
+    reads=tuple((name, needle_setting(d)) for d in beyond),
+  )
+
+
+def falsification(metrics, config):
+  """The one-layer window's within-reach criterion read at the distances beyond its reach:
+  it must be REFUTED (a window that recalls past its reach would make the reach criterion
+  unable to tell). The capacity law's own falsification arm is fixed_memory's."""
+  reach = metrics["reach"][window_name(config, 1)]
+  return [within_reach(metrics, config, 1, [d for d in config.distances if d > reach])]
 
 
 # --- plots -----------------------------------------------------------------------------------
@@ -446,30 +513,20 @@ def _plot_cost(by_kernel, workdir):
 
 
 def _plot_recall(config, metrics, workdir):
-  cols = 2 if config.capacity else 1
-  fig = harness.figure(cols=cols)
-  axes = fig.subplots(1, cols, squeeze=False)[0]
-  left = axes[0]
+  """Needle accuracy against distance, each window's reach dotted (the capacity part has its
+  own plot: capacity.section)."""
+  fig = harness.figure()
+  ax = fig.add_subplot(1, 1, 1)
   reach = {name: r for name, (_, r) in needle_models(config).items()}
   for name in needle_models(config):
     per_seed = [metrics["accuracy"][name][needle_setting(d)] for d in config.distances]
-    line = protocol.spread(left, config.distances, per_seed, name)
+    line = protocol.spread(ax, config.distances, per_seed, name)
     if math.isfinite(reach[name]):
-      left.axvline(reach[name], color=line.get_color(), linestyle=":")
-  left.axhline(metrics["chance"][needle_setting(config.distances[0])], color="gray", ls="--")
-  left.set(xlabel="distance (dotted: each window's reach)", ylabel="needle accuracy")
-  left.set(ylim=(-0.02, 1.02), title=f"needle, L={config.needle_len}")
-  left.legend(fontsize="small")
-  if not config.capacity:
-    return harness.save(fig, workdir, f"{NAME}_recall.png")
-  right = axes[1]
-  for name in mqar_models(config):
-    per_seed = [metrics["accuracy"][name][mqar_setting(k)] for k in config.pairs]
-    protocol.spread(right, config.pairs, per_seed, name)
-  right.plot(config.pairs, [1 / k for k in config.pairs], ":", color="gray", label="chance 1/K")
-  right.set(xlabel="pairs K", ylabel="MQAR accuracy", ylim=(-0.02, 1.02))
-  right.set(title=f"feature dimension {config.feature_dim}")
-  right.legend(fontsize="small")
+      ax.axvline(reach[name], color=line.get_color(), linestyle=":")
+  ax.axhline(metrics["chance"][needle_setting(config.distances[0])], color="gray", ls="--")
+  ax.set(xlabel="distance (dotted: each window's reach)", ylabel="needle accuracy")
+  ax.set(ylim=(-0.02, 1.02), title=f"needle, L={config.needle_len}")
+  ax.legend(fontsize="small")
   return harness.save(fig, workdir, f"{NAME}_recall.png")
 
 

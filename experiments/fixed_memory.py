@@ -1,288 +1,186 @@
 """Experiment 1 (docs/reconstruction.md section 1): a fixed memory fails at recall.
 
 An RNN writes every input into one state of fixed size, so as key-value pairs arrive they
-compete for the same room; attention keeps every past state and reads the one it needs. This
-is a capacity test in the style of Zoology (Arora et al. 2023, Figure 2): MQAR accuracy over
-a grid of model width D (the fixed state's size) x pairs K (with L growing with K), for
+compete for the same room; attention keeps every past key and value and reads the one it
+needs. Read as a capacity law (experiments/capacity.py): for each fixed-state model and each
+number of pairs K, the smallest decode state S*(K), in floats counted from the model's real
+'cache' collection, whose chance-adjusted MQAR accuracy (mean over seeds) reaches 0.9; K
+grows until even the largest state of the model's grid fails. Every model sits in the same
+2-block shell (ladder rung `custom`: pre-norm, split skip, MLP, learned positions, width D),
+so only the mixer differs, and all train under the same budget rule:
 
-  elman, lstm       rung `rnn`, one recurrent layer (state D; an LSTM adds a cell of D)
-  linear_attention  rung `transformer` with `attention=linear` (elu + 1 features): a fixed
-                    state of r x r numbers per head and layer that is not an RNN cell
-  rnn_attention     rung `rnn_attention`: one LSTM layer plus one softmax read of all states
-  transformer       rung `transformer`, 2 layers, one head of D (the state grows with L)
+  lstm              an LSTM cell of N units as the mixer (state 2N per layer)
+  linear_attention  elu + 1 linear attention, one head of feature dimension r (state
+                    r (r + 1) per layer: S and z)
+  elman             (full) an Elman cell of N units (state N per layer), reported beside
+  attention         softmax attention of width D (state 2 D L per layer: every key and value)
 
-Control (else INCONCLUSIVE): each fixed-state model learns the task where its state is large
-relative to K: chance-adjusted accuracy >= 0.5 at the smallest K and the largest D, for every
-seed. Without it, a falling curve would be an optimisation failure, not a full memory.
-Claim, over seeds: (a) at the largest D, each fixed-state model's chance-adjusted accuracy
-drops by >= 0.2 from the smallest K to the largest, for every seed (paired by seed); (b) the
-smallest D at which its mean accuracy reaches 0.9 never shrinks as K grows, and grows (or is
-not reached in the grid) at the largest K; (c) each attention model reaches 0.9 accuracy at
-every K for every D >= `attention_from_width`, for every seed. Chance at K pairs is 1/K (a
-guess among the values in context).
+Control (else INCONCLUSIVE): each judged fixed-state model learns the smallest K (its best
+trained state reaches 0.9 adjusted, mean over seeds).
+Claim: (a) each judged fixed-state model's S*(K) grows with K: the log-log slope of S*
+against K has a bootstrap 95% interval (over seeds) above 0, and the largest state fails at
+some K of the grid (else UNRESOLVED, "not saturated"); (b) attention at a small width
+reaches 0.9 adjusted at every K, every seed.
+Falsification arm: linear attention with a tiny feature dimension, trained at every K and
+judged by criterion (b); it must be REFUTED, else the verdict is INCONCLUSIVE.
+Chance at K pairs is 1/K (a guess among the values in context).
 
   python -m experiments.fixed_memory --workdir runs/fixed_memory                 # quick
   python -m experiments.fixed_memory --size full --workdir runs/fixed_memory_full
-  python -m experiments.fixed_memory --size accel --workdir runs/fixed_memory_accel
 
-Sizes: quick (`make run`): V = 32, D in {16, 64}, (K, L) in {(2, 16), (4, 16)}, lstm and
-transformer, 3 seeds at one learning rate each (lstm 1e-2 for up to 1,000 steps, transformer
-3e-3 for up to 400). full: V = 32, D in {16, 64}, (K, L) in {(2, 16), (4, 16), (8, 32)}, lstm,
-linear_attention, rnn_attention and the transformer, 3 seeds x lr {3e-3, 1e-2}, up to 1,000
-steps for every model (one budget, one grid: no per-model rates). Elman is left to accel: in a
-sizing run (V = 32, D = 64, K = 2, L = 16, 1,000 steps, both rates) it stayed at the 1/K guess
-(0.49-0.52 raw), which would make the control, and so the verdict, INCONCLUSIVE. accel:
-Zoology's Figure 2 setting: V = 8192, (L, K) in {(64, 4), (128, 8), (256, 16)}, D in
-{64, 128, 256, 512}, 2 layers, 4 learning rates logspace(1e-4, 1e-2). Measured numbers:
-docs/experiments.md.
+Sizes (shell D = 16 unless stated): quick (`make run`'s smoke run): linear attention r in
+{2, 8} and attention on MQAR V = 32, L = 16, K in {2, 4}, up to 800 steps at 3e-3 (the LSTM
+needs thousands of steps: full only); full: the LSTM N in {16, 64, 256}, linear attention r
+in {4, 8, 16, 32}, Elman N = 256 at K = 2 (does it learn at all), attention, on V = L = 64,
+K in {2, 4, 8, 16}, 3,000 steps growing to 6,000 until plateau, lr {3e-3, 1e-2}; accel:
+Zoology's Figure 2 scale (V = 8192, L = 256, D = 128). The design, its sizing runs and its
+expected cost: docs/experiments.md (design log).
 """
 
-import math
 import sys
 
 import ml_collections
-import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import capacity, protocol, run_all
 
 NAME = "fixed_memory"
 CLAIM = (
-  "A fixed-size state (an RNN's, or linear attention's) loses recall as the number of "
-  "key-value pairs grows at a fixed width, and needs a wider state to recall more; "
-  "attention, whose state grows with the sequence, recalls at every K from a small width on."
+  "A fixed-size state (an RNN's, or linear attention's) needs more state to recall more "
+  "key-value pairs: the smallest state reaching recall grows with K until the largest one "
+  "fails; attention, whose state grows with the sequence, recalls at every K from a small "
+  "width."
 )
 
-# (rung, model-config overrides) per compared model.
-MODELS = {
-  "elman": ("rnn", {"cell": "elman", "num_layers": 1}),
-  "lstm": ("rnn", {"cell": "lstm", "num_layers": 1}),
-  "linear_attention": ("transformer", {"attention": "linear", "num_heads": 1}),
-  "rnn_attention": ("rnn_attention", {"cell": "lstm", "num_heads": 1, "num_layers": 1}),
-  "transformer": ("transformer", {"num_heads": 1}),
-}
-FIXED_STATE = ("elman", "lstm", "linear_attention")
-ATTENTION = ("rnn_attention", "transformer")
 
-# The criterion, stated from the spec's claim before any result was seen.
-CONTROL_ADJUSTED = 0.5  # each fixed-state model, smallest K, largest D: adjusted acc >= this
-DROP = 0.2  # largest D: adjusted acc at the smallest K - at the largest K >= this, every seed
-RECALLS = 0.9  # "reaches": accuracy >= this (mean over seeds for D*, every seed for attention)
+# The registered design (experiments/protocol.py; the design log: docs/experiments.md).
+VERSION = 2
+_REACH = f"reaches {capacity.REACHES} adjusted (mean over seeds)"
+SPECS = (
+  tuple(
+    protocol.Spec(
+      f"{family}_learns",
+      f"{family} learns the smallest K: its best trained state {_REACH}",
+      threshold=capacity.REACHES,
+      reads=(family,),
+      control=True,
+    )
+    for family in ("lstm", "linear_attention")
+  )
+  + tuple(
+    protocol.Spec(
+      f"{family}_grows",
+      f"{family}: the largest state fails at some K, and the smallest state that {_REACH} is "
+      f"larger at the largest K tried than at the smallest, in >= {capacity.GROWTH_SHARE:.1%} of "
+      "seed resamples",
+      threshold=capacity.GROWTH_SHARE,
+      reads=(family,),
+    )
+    for family in ("lstm", "linear_attention")
+  )
+  + (
+    protocol.Spec(
+      "attention_recalls",
+      f"attention at a small width reaches {capacity.REACHES} adjusted at every K, every seed",
+      threshold=capacity.REACHES,
+      reads=(capacity.ATTENTION_ARM,),
+    ),
+  )
+)
+FALSIFICATION = (
+  protocol.Falsification(
+    capacity.FALSIFICATION_ARM,
+    "attention_recalls",
+    "linear attention at a tiny feature dimension, trained at every K, read as attention",
+  ),
+)
 
 
 def get_config(size="quick"):
-  c = ml_collections.ConfigDict()
-  c.vocab_size = 32  # V: keys in [1, V/2), values in [V/2, V)
-  c.grid = ((2, 16), (4, 16))  # (pairs K, length L), L >= 4 K; one L shares compiled programs
-  c.widths = (16, 64)  # D: every model's width (the RNN's state is D, or 2D for an LSTM)
-  # claim (c) holds for every D >= this. At quick, D = 16 is the fixed-state models' small
-  # width; a transformer that narrow was still learning when 400 steps ended (sizing run:
-  # 0.86-0.93 at K = 2, 0.52-0.65 at K = 4), so the quick claim is stated from D = 64
-  c.attention_from_width = 64
-  c.models = ("lstm", "transformer")
-  c.seeds = (0, 1, 2)
-  c.learning_rates = (3e-3,)
-  # Per model, where the one-rate quick grid needs it (measured while sizing, V = 32, K = 2,
-  # D = 64: an LSTM at 3e-3 stays at the 1/K guess for 1,500 steps and at 1e-2 reaches
-  # 0.85-0.88 in 1,000; a transformer at 1e-2 lost a seed of 3 where at 3e-3 none). The
-  # other sizes train every model on the whole learning-rate grid and step budget.
-  quick = size == "quick"
-  c.model_learning_rates = {"lstm": (1e-2,)} if quick else {}
-  c.model_steps = {"lstm": 1000} if quick else {}
-  c.weight_decays = (0.1,)
-  c.batch_size = 64
-  c.total_steps = 400  # upper bound per arm; every replica stops at early_stop_accuracy
-  c.warmup_steps = 50
-  c.eval_every = 100
-  c.early_stop_accuracy = 0.99
-  c.num_examples = 20_000
-  c.num_test_examples = 512  # halves: validation (selection, early stop) and eval
-  c.data_seed = 0  # generates the task's examples (the sweep's seeds vary init and order)
-  if size == "tiny":  # the tests: seconds
-    c.vocab_size, c.grid, c.widths, c.attention_from_width = 16, ((2, 16), (4, 16)), (8, 16), 8
-    c.seeds, c.learning_rates = (0, 1), (3e-3, 1e-2)
-    c.model_steps = {"lstm": 6}
-    c.total_steps, c.eval_every, c.warmup_steps = 4, 2, 1
-    c.batch_size, c.num_examples, c.num_test_examples = 8, 64, 32
+  c = protocol.set_sweep_defaults(ml_collections.ConfigDict(), 800)
+  c.law = capacity.default_law()
+  law = c.law
+  # quick (`make run`'s smoke run): linear attention and attention only, short L and K; the
+  # LSTM learns MQAR in thousands of steps (sizing: 2,800 steps to 0.99 at K = 2, N = 64)
+  law.vocab_size, law.seq_len, law.width, law.pairs = 32, 16, 16, (2, 4)
+  law.knobs = {"linear_attention": (2, 8)}
+  law.claimed = ("linear_attention",)
+  law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
+  if size == "tiny":  # the tests: seconds (3 compiled programs; the LSTM's law: unit tests)
+    law.vocab_size, law.seq_len, law.width, law.pairs = 16, 16, 8, (2, 4)
+    law.knobs = {"linear_attention": (2, 4)}
+    law.attention, law.falsification = ("attention", 8), ("linear_attention", 2)
+    law.num_examples, law.num_test_examples = 64, 32
+    c.exploratory_seeds, c.confirmatory_seeds = (100,), (0, 1)
+    c.total_steps, c.step_cap, c.eval_every, c.warmup_steps, c.batch_size = 4, 4, 2, 1, 8
   elif size == "full":
-    # Sized to fit the full budget on 2 CPU cores (a sizing run per model at D = 64, K = 8,
-    # L = 32, 6 replicas: lstm 10 ms, linear_attention 32 ms, transformer 27 ms per replica
-    # step); the grid of 5 widths x 4 (K, L) x 5 models x 9 replicas would take hours.
-    c.grid = ((2, 16), (4, 16), (8, 32))  # V = 32 has 15 keys: K <= 8
-    c.models = ("lstm", "linear_attention", "rnn_attention", "transformer")
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.total_steps = 1000
-  elif size == "accel":
-    c.vocab_size, c.grid = 8192, ((4, 64), (8, 128), (16, 256))
-    c.widths, c.attention_from_width = (64, 128, 256, 512), 64
-    c.models = tuple(MODELS)
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    # Sizing (exploratory seed 100, V = 32, L = 32, batch 32; docs/experiments.md): attention
+    # D = 16 reached 0.995 at K = 8 by step 1,000 at 3e-3 (at 1e-2 it stayed at 0.21); the
+    # LSTM N = 64 0.99 at K = 2 by step 2,800 at 1e-2; linear attention r = 16 0.96 at K = 8,
+    # r = 4 the 1/K guess at K = 2 after 3,000 steps. So K grows to 16 (V = 64, L = 64) for
+    # r = 16 and 32 to meet a K they fail
+    law.vocab_size, law.seq_len, law.width, law.pairs = 64, 64, 16, (2, 4, 8, 16)
+    law.knobs = {"lstm": (16, 64, 256), "linear_attention": (4, 8, 16, 32), "elman": (256,)}
+    law.points = {"elman": ((256, 2),)}  # learns at all? else "not learning"
+    law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
+    law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
+    c.total_steps, c.step_cap, c.eval_every, c.warmup_steps = 3000, 6000, 100, 100
+  elif size == "accel":  # Zoology's Figure 2 scale
+    law.vocab_size, law.seq_len, law.width, law.pairs = 8192, 256, 128, (4, 8, 16, 32, 64)
+    law.knobs = {
+      "lstm": (64, 128, 256, 512, 1024),
+      "linear_attention": (8, 16, 32, 64, 128),
+      "elman": (256, 1024),
+    }
+    law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
+    law.attention, law.falsification = ("attention", 64), ("linear_attention", 4)
+    law.num_examples, law.num_test_examples = 100_000, 2000
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    c.learning_rates, c.lr_cap = (1e-4, 4.6e-4, 2.2e-3, 1e-2), (1e-5, 3e-2)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
-    c.num_examples, c.num_test_examples = 100_000, 2000
+    c.step_cap = 40_000
   elif size != "quick":
     raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
   return c
 
 
-def setting(width, pairs, length):
-  return f"D={width} K={pairs} L={length}"
-
-
-def task(config, pairs, length):
-  return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={length},num_kv_pairs={pairs},"
-    f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
-    f"seed={config.data_seed}"
-  )
-
-
 def arms(config):
-  out = []
-  max_len = max(length for _, length in config.grid)
-  for width in config.widths:
-    for pairs, length in config.grid:
-      for name in config.models:
-        rung, fields = MODELS[name]
-        fields = {"vocab_size": config.vocab_size, "max_len": max_len, "d_model": width} | fields
-        if rung == "transformer":
-          fields |= {"d_ff": 4 * width}
-        steps = config.model_steps.get(name)
-        out.append(
-          protocol.Arm(
-            name,
-            setting(width, pairs, length),
-            rung,
-            task(config, pairs, length),
-            fields,
-            train={"total_steps": steps} if steps else {},
-            learning_rates=config.model_learning_rates.get(name),
-          )
-        )
-  return out
-
-
-def state_floats(name, width, length):
-  """Numbers the model carries from one token to the next, per layer: the fixed state of the
-  recurrent and linear models, the growing key-value history of attention at length L."""
-  if name == "elman":
-    return width
-  if name == "lstm":
-    return 2 * width
-  if name == "linear_attention":  # one head: an r x r sum of phi(k) v^T plus the r-vector sum
-    return width * width + width
-  return 2 * width * length  # keys and values of every position (rnn_attention: one read)
-
-
-def smallest_width(metrics, config, name, pairs, length):
-  """The smallest D whose mean accuracy over seeds reaches RECALLS (inf if none)."""
-  for width in sorted(config.widths):
-    acc = metrics["accuracy"][name][setting(width, pairs, length)]
-    if protocol.mean(acc) >= RECALLS:
-      return width
-  return math.inf
+  return capacity.arms(config.law)
 
 
 def controls(metrics, config):
-  (pairs, length), width = config.grid[0], max(config.widths)
-  return [
-    report.every_seed(
-      f"{name} learns where its state is large: adjusted accuracy >= {CONTROL_ADJUSTED} at "
-      f"the smallest K and largest D ({setting(width, pairs, length)})",
-      metrics["adjusted"][name][setting(width, pairs, length)],
-      lambda a: a >= CONTROL_ADJUSTED,
-    )
-    for name in config.models
-    if name in FIXED_STATE
-  ]
+  return capacity.controls(metrics, config.law)
 
 
 def criteria(metrics, config):
-  (k0, l0), (k1, l1) = config.grid[0], config.grid[-1]
-  width = max(config.widths)
-  out = []
-  for name in (m for m in config.models if m in FIXED_STATE):
-    small = metrics["adjusted"][name][setting(width, k0, l0)]
-    large = metrics["adjusted"][name][setting(width, k1, l1)]
-    out.append(
-      report.every_seed(
-        f"{name} at D={width}: adjusted accuracy drops by >= {DROP} from K={k0} to K={k1}",
-        [a - b for a, b in zip(small, large, strict=True)],
-        lambda d: d >= DROP,
-      )
-    )
-    needed = [smallest_width(metrics, config, name, k, l) for k, l in config.grid]
-    grows = all(b >= a for a, b in zip(needed, needed[1:], strict=False))
-    grows = grows and (needed[-1] == math.inf or needed[-1] > needed[0])
-    out.append(
-      report.Criterion(
-        f"{name}: the smallest D reaching mean accuracy {RECALLS} grows with K (or is not "
-        "reached in the grid)",
-        grows,
-        {f"D*(K={k})": d for (k, _), d in zip(config.grid, needed, strict=True)},
-        "on the mean over seeds",
-      )
-    )
-  for name in (m for m in config.models if m in ATTENTION):
-    per_seed = [
-      min(values)
-      for values in zip(
-        *(
-          metrics["accuracy"][name][setting(w, k, l)]
-          for w in config.widths
-          if w >= config.attention_from_width
-          for k, l in config.grid
-        ),
-        strict=True,
-      )
-    ]
-    out.append(
-      report.every_seed(
-        f"{name} recalls: accuracy >= {RECALLS} at every K for every D >= "
-        f"{config.attention_from_width} (per seed: its lowest point)",
-        per_seed,
-        lambda a: a >= RECALLS,
-      )
-    )
-  return out
+  return capacity.criteria(metrics, config.law)
+
+
+def falsification(metrics, config):
+  return capacity.falsification(metrics, config.law)
 
 
 def measure(config, trained, workdir):
-  metrics = trained.metrics()
-  fig = harness.figure(cols=len(config.grid))
-  for i, (pairs, length) in enumerate(config.grid):
-    ax = fig.add_subplot(1, len(config.grid), i + 1)
-    for name in config.models:
-      per_seed = [metrics["accuracy"][name][setting(w, pairs, length)] for w in config.widths]
-      protocol.spread(
-        ax, config.widths, per_seed, name, linestyle="--" if name in FIXED_STATE else "-"
-      )
-    ax.axhline(1 / pairs, color="gray", linestyle=":", label="chance 1/K")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(config.widths, [str(w) for w in config.widths])
-    ax.minorticks_off()
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("model width D")
-    ax.set_title(f"K={pairs} pairs, L={length}")
-    if i == 0:
-      ax.set_ylabel("MQAR eval accuracy (points: seeds)")
-      ax.legend(loc="lower right", fontsize="small")
-  plots = [harness.save(fig, workdir, f"{NAME}_capacity.png")]
-  width, length = max(config.widths), max(l for _, l in config.grid)
-  table = [
-    {
-      "model": name,
-      "state": "fixed" if name in FIXED_STATE else "grows with L",
-      f"state floats per layer (D={width}, L={length})": state_floats(name, width, length),
-      **{f"D* (K={k})": smallest_width(metrics, config, name, k, l) for k, l in config.grid},
-    }
-    for name in config.models
-  ]
+  metrics = trained.metrics() | {"state_floats": capacity.states(config.law)}
+  found, rows, plot = capacity.section(metrics, config.law, workdir, NAME)
+  law = config.law
   setup = (
-    f"MQAR V={config.vocab_size}, (K, L) in {[tuple(p) for p in config.grid]}, widths D in "
-    f"{list(config.widths)}; RNNs are one recurrent layer, linear attention and the "
-    "transformer two blocks, rnn_attention one LSTM layer and one read. D*: the smallest D "
-    f"whose mean accuracy reaches {RECALLS}."
+    f"MQAR V={law.vocab_size}, L={law.seq_len}, K in {list(law.pairs)}; every model in the "
+    f"same {law.num_layers}-block shell of width D={law.width} (rung custom: pre-norm, split "
+    "skip, MLP 4D), only the mixer differs; knobs (the state's size): "
+    f"{ {f: list(k) for f, k in law.knobs.items()} }; attention at "
+    f"{capacity.FAMILIES[law.attention[0]].knob}={law.attention[1]}, falsification arm "
+    f"{law.falsification[0]} at {capacity.FAMILIES[law.falsification[0]].knob}="
+    f"{law.falsification[1]}. State: floats of the real decode cache of one sequence at L. "
+    f"S*: the smallest state whose mean adjusted accuracy over seeds reaches {capacity.REACHES}."
   )
-  return protocol.Section(table=table, plots=plots, setup=setup)
+  return protocol.Section(
+    metrics={"state_floats": metrics["state_floats"], "law": found},
+    table=rows,
+    plots=[plot],
+    setup=setup,
+  )
 
 
 if __name__ == "__main__":

@@ -1,151 +1,186 @@
-import math
 import os
 
 import pytest
 
-from experiments import fixed_memory, harness, protocol, report
+from experiments import capacity, fixed_memory, harness, protocol, report
 
 SEEDS = 3
+KNOBS = {"lstm": (8, 16, 32, 64), "linear_attention": (4, 8, 16)}
 
 
 def _config():
   c = fixed_memory.get_config("quick")
-  c.models = ("lstm", "linear_attention", "transformer")
-  c.widths, c.grid, c.attention_from_width = (32, 128), ((2, 16), (8, 32)), 32
+  c.law.pairs, c.law.seq_len, c.law.knobs = (2, 4, 8), 32, dict(KNOBS)
+  c.law.claimed = ("lstm", "linear_attention")
   return c
 
 
-def _metrics(config, acc):
-  """acc(model, width, pairs) -> raw accuracy, the same for every seed; adjusted from 1/K."""
-  m = {"accuracy": {}, "adjusted": {}}
-  for name in config.models:
-    for width in config.widths:
-      for pairs, length in config.grid:
-        a = acc(name, width, pairs)
-        key = fixed_memory.setting(width, pairs, length)
-        m["accuracy"].setdefault(name, {})[key] = [a] * SEEDS
-        m["adjusted"].setdefault(name, {})[key] = [protocol.adjust(a, 1 / pairs)] * SEEDS
+def _state(family, knob):
+  return {"lstm": 4 * knob, "linear_attention": 2 * knob * (knob + 1)}.get(family, 4096)
+
+
+def _metrics(config, recalls):
+  """recalls(model, family, knob, K) -> adjusted accuracy (the same for every seed), at every
+  point the design trains; state floats as counted for the shell (synthetic, exact)."""
+  law, m = config.law, {"adjusted": {}, "accuracy": {}, "state_floats": {}}
+  for arm in capacity.arms(law):
+    family = capacity.FAMILIES[arm.model].name if arm.model in capacity.FAMILIES else None
+    family = (
+      family or (law.attention if arm.model == capacity.ATTENTION_ARM else law.falsification)[0]
+    )
+    knob, k = (int(part.split("=")[1]) for part in arm.setting.split()[:2])
+    a = recalls(arm.model, family, knob, k)
+    m["adjusted"].setdefault(arm.model, {})[arm.setting] = [a] * SEEDS
+    m["accuracy"].setdefault(arm.model, {})[arm.setting] = [a * (1 - 1 / k) + 1 / k] * SEEDS
+  for family in capacity.FAMILIES:
+    m["state_floats"][family] = {str(n): _state(family, n) for n in (2, 4, 8, 16, 32, 64)}
   return m
 
 
-def _claim_holds(name, width, pairs):
-  if name in fixed_memory.ATTENTION:
+def _claim_holds(model, family, knob, k):
+  if model == capacity.ATTENTION_ARM:
     return 1.0
-  if pairs == 2:  # the fixed state recalls 2 pairs when wide, not when narrow
-    return 0.95 if width == 128 else 0.8
-  return 0.3  # 8 pairs: too many for any width in the grid
+  if model == capacity.FALSIFICATION_ARM:  # a tiny feature dimension recalls 2 pairs only
+    return 1.0 if k <= 2 else 0.4
+  if family == "lstm":  # N units hold N / 8 pairs: K=2 needs 16, K=4 32, K=8 64
+    return 0.95 if k <= knob / 8 else 0.3
+  return 0.95 if k <= knob / 4 else 0.3  # linear attention: r = 8 for K = 2, 16 for K = 4
 
 
-def _verdicts(config, acc):
-  metrics = _metrics(config, acc)
+def _verdicts(config, metrics):
   return (
-    [c.passed for c in fixed_memory.controls(metrics, config)],
-    [c.passed for c in fixed_memory.criteria(metrics, config)],
+    [c.verdict for c in fixed_memory.controls(metrics, config)],
+    [c.verdict for c in fixed_memory.criteria(metrics, config)],
+    [c.verdict for c in fixed_memory.falsification(metrics, config)],
   )
 
 
-def test_the_claim_passes_with_its_controls():
+S, R, U = report.SUPPORTED, report.REFUTED, report.UNRESOLVED
+
+
+def test_the_claim_is_supported_with_its_controls_and_the_falsification_arm_refuted():
   config = _config()
-  controls, criteria = _verdicts(config, _claim_holds)
-  assert controls == [True, True]  # lstm, linear_attention
-  # per fixed-state model: (drop, D* grows); then the transformer recalls
-  assert criteria == [True, True, True, True, True]
+  metrics = _metrics(config, _claim_holds)
+  # the LSTM's 64 units hold 8 pairs (not saturated); linear attention saturates at K=8
+  assert _verdicts(config, metrics) == ([S, S], [U, S, S], [R])
+  lstm = fixed_memory.criteria(metrics, config)[0]
+  assert lstm.note.startswith("not saturated")
+  # the control reads the best state at the smallest K (the first of a tie), the growth
+  # criterion every point its walk trained
+  law = config.law
+  assert fixed_memory.controls(metrics, config)[0].reads == (
+    ("lstm", capacity.setting(law, "lstm", 16, 2)),
+  )
+  assert len(fixed_memory.criteria(metrics, config)[1].reads) == 5  # r 4, 8 | 8, 16 | 16
+  found = capacity.readings(metrics, config.law)
+  assert found["lstm"]["needed_knob"] == {"2": 16, "4": 32, "8": 64}
+  assert found["lstm"]["fit"]["slope"] == pytest.approx(1.0)  # the state doubles with K
+  assert found["linear_attention"]["needed_knob"] == {"2": 8, "4": 16, "8": None}
 
 
-def test_a_fixed_state_model_that_never_learns_makes_it_inconclusive():
-  config = _config()
-
-  def stuck(name, width, pairs):  # the LSTM guesses (adjusted 0) even with a wide state
-    return 1 / pairs if name == "lstm" else _claim_holds(name, width, pairs)
-
-  controls, _ = _verdicts(config, stuck)
-  assert controls == [False, True]
-
-
-@pytest.mark.parametrize("adjusted, passes", [(0.5, True), (0.49, False)])
-def test_the_control_threshold_sides(adjusted, passes):
-  config = _config()
-
-  def at(name, width, pairs):
-    if name == "lstm" and width == 128 and pairs == 2:
-      return adjusted * (1 - 1 / pairs) + 1 / pairs  # raw accuracy with that adjusted score
-    return _claim_holds(name, width, pairs)
-
-  assert _verdicts(config, at)[0][0] == passes
-
-
-@pytest.mark.parametrize("large_k, passes", [(0.73, True), (0.745, False)])
-def test_the_drop_threshold_sides(large_k, passes):
-  """At D=128 the LSTM's adjusted accuracy is 0.9 at K=2 (raw 0.95, chance 1/2); a drop of
-  0.2 puts it at 0.7 adjusted at K=8, raw 0.7 * 7/8 + 1/8 = 0.7375."""
+def test_a_grid_that_saturates_every_model_supports_the_claim():
   config = _config()
 
-  def at(name, width, pairs):
-    if name == "lstm" and pairs == 8:
-      return large_k
-    return _claim_holds(name, width, pairs)
+  def at(model, family, knob, k):
+    if family == "lstm" and model == "lstm":
+      return 0.95 if k <= knob / 16 else 0.3  # 64 units hold 4 pairs: K = 8 saturates
+    return _claim_holds(model, family, knob, k)
+
+  assert _verdicts(config, _metrics(config, at)) == ([S, S], [S, S, S], [R])
+
+
+def test_a_fixed_state_that_never_learns_makes_it_inconclusive():
+  config = _config()
+
+  def at(model, family, knob, k):
+    return 0.0 if model == "lstm" else _claim_holds(model, family, knob, k)
 
   metrics = _metrics(config, at)
-  key_small, key_large = "D=128 K=2 L=16", "D=128 K=8 L=32"
-  drop = metrics["adjusted"]["lstm"][key_small][0] - metrics["adjusted"]["lstm"][key_large][0]
-  assert (drop >= fixed_memory.DROP) == passes
-  criteria = [c.passed for c in fixed_memory.criteria(metrics, config)]
-  assert criteria == [passes, True, True, True, True]  # only the LSTM's drop criterion moves
+  controls, criteria, _ = _verdicts(config, metrics)
+  assert controls == [R, S] and criteria[0] == U
+  result = report.Result(
+    fixed_memory.NAME,
+    fixed_memory.CLAIM,
+    "",
+    fixed_memory.criteria(metrics, config),
+    metrics,
+    controls=fixed_memory.controls(metrics, config),
+    falsification=fixed_memory.falsification(metrics, config),
+  )
+  assert result.verdict == report.INCONCLUSIVE
 
 
-def test_a_fixed_state_that_recalls_more_pairs_with_no_more_width_fails_the_growth():
+@pytest.mark.parametrize("lowest, verdict", [(0.9, S), (0.89, R)])
+def test_attention_must_reach_at_every_k_sides(lowest, verdict):
   config = _config()
 
-  def at(name, width, pairs):  # the LSTM reaches 0.9 at D=32 for K=2 and K=8 alike
-    if name == "lstm":
-      return 0.95 if pairs == 2 else (0.92 if width >= 32 else 0.3)
-    return _claim_holds(name, width, pairs)
-
-  criteria = [c.passed for c in fixed_memory.criteria(_metrics(config, at), config)]
-  assert criteria[1] is False  # D* did not grow
-  assert criteria[2:] == [True, True, True]
-
-
-def test_d_star_not_reached_anywhere_counts_as_growth_and_inf_is_reported():
-  config = _config()
-  metrics = _metrics(config, _claim_holds)
-  assert fixed_memory.smallest_width(metrics, config, "lstm", 8, 32) == math.inf
-  assert fixed_memory.smallest_width(metrics, config, "lstm", 2, 16) == 128
-  assert fixed_memory.smallest_width(metrics, config, "transformer", 8, 32) == 32
-
-
-@pytest.mark.parametrize("lowest, passes", [(0.9, True), (0.89, False)])
-def test_attention_must_recall_at_every_point_sides(lowest, passes):
-  config = _config()
-
-  def at(name, width, pairs):
-    if name == "transformer" and width == 32 and pairs == 8:
+  def at(model, family, knob, k):
+    if model == capacity.ATTENTION_ARM and k == 8:
       return lowest
-    return _claim_holds(name, width, pairs)
+    return _claim_holds(model, family, knob, k)
 
-  assert _verdicts(config, at)[1] == [True, True, True, True, passes]
+  assert _verdicts(config, _metrics(config, at))[1][-1] == verdict
 
 
-def test_one_seed_below_fails_an_every_seed_criterion():
+def test_a_falsification_arm_the_criterion_accepts_is_reported_supported():
+  config = _config()
+
+  def at(model, family, knob, k):  # the tiny linear attention "recalls" every K
+    return 1.0 if model == capacity.FALSIFICATION_ARM else _claim_holds(model, family, knob, k)
+
+  assert _verdicts(config, _metrics(config, at))[2] == [S]
+
+
+def test_the_walk_leaving_the_design_is_unresolved():
+  config = _config()
+  config.law.points = {"lstm": ((8, 2), (16, 2))}  # the walk needs (16, 4) next
+  criteria = fixed_memory.criteria(_metrics(config, _claim_holds), config)
+  assert criteria[0].verdict == U and "does not train" in criteria[0].note
+
+
+def test_seeds_that_disagree_on_saturation_leave_growth_unresolved():
   config = _config()
   metrics = _metrics(config, _claim_holds)
-  metrics["accuracy"]["transformer"]["D=128 K=8 L=32"] = [1.0, 0.5, 1.0]
-  assert [c.passed for c in fixed_memory.criteria(metrics, config)][-1] is False
+  law = config.law
+  adjusted = metrics["adjusted"]["linear_attention"]
+  # r = 16 is needed from K = 2 on, and one seed of it recalls K = 8 too (mean 0.53: the
+  # grid saturates); a resample of that seed alone (1 in 27) needs r = 16 at K = 2 and K = 8
+  adjusted[capacity.setting(law, "linear_attention", 8, 2)] = [0.3] * SEEDS
+  adjusted[capacity.setting(law, "linear_attention", 16, 8)] = [0.3, 0.3, 1.0]
+  crit = fixed_memory.criteria(metrics, config)[1]
+  assert crit.values["status"] == capacity.SATURATED
+  assert crit.values["growth_share"] == pytest.approx(26 / 27, abs=0.02)
+  assert crit.verdict == U and "disagree" in crit.note
 
 
-def test_tiny_run_trains_every_arm_over_seeds(tmp_path):
+def test_the_arms_are_the_law_s_points_in_one_shell():
+  config = _config()
+  arms = fixed_memory.arms(config)
+  law = config.law
+  per_family = {f: len(law.knobs[f]) * len(law.pairs) for f in law.claimed}
+  assert len(arms) == sum(per_family.values()) + 2 * len(law.pairs)
+  shells = {
+    (a.fields["d_model"], a.fields["num_layers"], a.rung) for a in arms if a.model != "attention"
+  }
+  assert shells == {(law.width, 2, "custom")}
+  assert {a.task.split(",")[1] for a in arms} == {f"seq_len={law.seq_len}"}  # one L
+
+
+def test_tiny_run_trains_every_arm_and_reads_the_law(tmp_path):
   config = fixed_memory.get_config("tiny")
   result = protocol.run(fixed_memory, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.experiment == fixed_memory.NAME and result.verdict in report.VERDICTS
-  arms = len(config.models) * len(config.widths) * len(config.grid)
-  assert len(result.table) == arms
-  replicas = len(config.seeds) * len(config.learning_rates)
-  assert len(result.runs) == arms * replicas
-  assert sum(r["metrics"]["selected"] for r in result.runs) == arms * len(config.seeds)
-  for name in config.models:
-    for values in result.metrics["accuracy"][name].values():
-      assert len(values) == len(config.seeds) and all(0.0 <= a <= 1.0 for a in values)
+  arms = fixed_memory.arms(config)
+  assert len(result.table) == len(arms)
+  law = result.metrics["law"]
+  assert set(law) == set(config.law.claimed)
+  assert result.metrics["state_floats"]["linear_attention"] == {"2": 2 * 2 * 3, "4": 2 * 4 * 5}
+  assert len(result.controls) == 1 and len(result.criteria) == 2
+  assert [c.name for c in result.falsification] == ["attention_recalls"]
+  assert (
+    result.design["experiment"] == fixed_memory.NAME
+    and result.design["version"] == fixed_memory.VERSION
+  )
   assert harness.finite(result.metrics["accuracy"])
-  assert len(result.controls) == 1 and len(result.criteria) == 3
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000
