@@ -77,6 +77,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import subprocess
 import tempfile
 import time
@@ -244,7 +245,11 @@ class Design:
 
 
 def _canonical(value):
-  """JSON-ready, with every tuple a list and every number a Python int or float."""
+  """JSON-ready, with every tuple a list and every number a Python int or float, and the
+  checkout's own path written as `<repo>` (a task spec naming a file of the repository must
+  hash the same wherever the repository lives)."""
+  if isinstance(value, str):
+    return value.replace(harness.REPO_ROOT + os.sep, "<repo>/").replace(harness.REPO_ROOT, "<repo>")
   if isinstance(value, dict):
     return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
   if isinstance(value, list | tuple):
