@@ -284,7 +284,7 @@ def _partitioned_hlo(dump):
 _OP = re.compile(r"=\s*[^=]*?\b(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 _GROUPS = re.compile(
   r"replica_groups=(\{[\d,{} ]*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
-  r"|mesh\[[^\]]*\], device_ids=\(\[[\d,]+\](?:T\([\d,]+\))?\) \{[^}]*\})"
+  r"|mesh\[[^\]]*\](?:, device_ids=\(\[[\d,]+\](?:T\([\d,]+\))?\))? \{[^}]*\})"
 )
 _PAIRS = re.compile(r"source_target_pairs=\{([\d,{} ]*)\}")
 
@@ -301,20 +301,24 @@ def _ints(text):
 def replica_groups(text, num_devices):
   """HLO replica_groups as a list of lists of device ids. Three spellings: explicit
   `{{0,1},{2,3}}` (`{}`: one group of every device), iota `[2,4]<=[2,2,2]T(2,1,0)`, and mesh
-  axes `mesh['axis_0'=2,'axis_1'=4], device_ids=([2,2,2]T(1,0,2)) {'axis_1'}` (the device ids
-  laid out over the named axes; each group spans the braced ones)."""
+  axes `mesh['axis_0'=2,'axis_1'=4], device_ids=([2,2,2]T(1,0,2)) {'axis_1'}` (the device ids,
+  in order when device_ids is absent, laid out over the named axes; each group spans the
+  braced ones)."""
   if text.startswith("{"):
     groups = [_ints(g) for g in re.findall(r"\{([\d,]*)\}", text)]
     groups = [g for g in groups if g]
     return groups or [list(range(num_devices))]
   if text.startswith("mesh"):
-    sizes_text, _, rest = text.partition("device_ids=")
+    sizes_text, _, rest = text.partition("]")
     names = re.findall(r"'([^']+)'=", sizes_text)
     sizes = [int(v) for v in re.findall(r"'=(\d+)", sizes_text)]
-    ids_text, _, spanned = rest.partition(")) ")
-    dims_text, _, perm_text = ids_text.partition("T")
-    ids = _iota(_ints(dims_text), _ints(perm_text)).reshape(sizes)
-    spanned = re.findall(r"'([^']+)'", spanned)
+    ids = np.arange(math.prod(sizes))  # no device_ids: the devices in order
+    if "device_ids=" in rest:
+      ids_text, _, rest = rest.partition("device_ids=")[2].partition(")) ")
+      dims_text, _, perm_text = ids_text.partition("T")
+      ids = _iota(_ints(dims_text), _ints(perm_text))
+    ids = ids.reshape(sizes)
+    spanned = re.findall(r"'([^']+)'", rest)
     span = [names.index(n) for n in spanned]
     kept = [i for i in range(len(names)) if i not in span]
     return ids.transpose(kept + span).reshape(-1, math.prod(sizes[i] for i in span)).tolist()
