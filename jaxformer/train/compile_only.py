@@ -168,10 +168,11 @@ def leaf_bytes(tree, per_device):
   return total
 
 
-def compile_run(config, target_spec, programs=PROGRAMS):
+def compile_run(config, target_spec, programs=PROGRAMS, sizes=None):
   """Compiles `programs` of a training run of `config` for the target; returns the report
-  (a JSON-able dict; see the module docstring). Raises ConfigError / MeshError for a config or
-  target that cannot work, DoesNotFit when the target's compiler refuses a program for memory."""
+  (a JSON-able dict; see the module docstring). sizes: (seq_len, vocab_size) of the batches,
+  default the task's. Raises ConfigError / MeshError for a config or target that cannot work,
+  DoesNotFit when the target's compiler refuses a program for memory."""
   program_lib.check_config(config)
   tgt = target(target_spec) if isinstance(target_spec, str) else target_spec
   mesh = sharding.make_mesh(config.mesh_shape, tgt.devices, dcn_shape=config.dcn_mesh_shape)
@@ -181,7 +182,7 @@ def compile_run(config, target_spec, programs=PROGRAMS):
       f"batch_size={config.batch_size} is not divisible by the data-parallel size "
       f"data x fsdp = {dp} (mesh_shape={tuple(mesh.shape.values())})"
     )
-  seq_len, vocab_size = task_sizes(config)
+  seq_len, vocab_size = sizes or task_sizes(config)
   config = program_lib.resolve(
     config, types.SimpleNamespace(seq_len=seq_len, vocab_size=vocab_size)
   )
@@ -416,11 +417,13 @@ def write_report(report, path):
     json.dump(report, f, indent=2, sort_keys=True)
 
 
-def report_run(config, target_spec, out_dir, echo=print):
-  """`--compile_only`: compiles, writes OUT_DIR/compile_report.json, prints the table, then
-  raises DoesNotFit when a program does not fit. Returns the report."""
-  report = compile_run(config, target_spec)
-  write_report(report, os.path.join(out_dir, REPORT_FILE))
+def report_run(config, target_spec, out_dir, echo=print, sizes=None, name=REPORT_FILE):
+  """`--compile_only`: compiles, writes OUT_DIR/NAME (compile_report.json), prints the table,
+  then raises DoesNotFit when a program does not fit. Returns the report. For any training
+  config (an experiment's accel size included); sizes as in `compile_run`."""
+  report = compile_run(config, target_spec, sizes=sizes)
+  os.makedirs(out_dir, exist_ok=True)
+  write_report(report, os.path.join(out_dir, name))
   echo(table(report))
   check_fits(report)
   return report
