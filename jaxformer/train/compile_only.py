@@ -220,26 +220,32 @@ def compile_run(config, target_spec, programs=PROGRAMS, sizes=None):
   return report
 
 
-def compile_program(name, jitted, args, mesh, tgt):
-  """One program lowered and compiled for the target: its memory, FLOPs and collectives."""
+def compile_with_hlo(lowered):
+  """(compiled, the HLO text right after SPMD partitioning or None) of a Lowered program."""
   with tempfile.TemporaryDirectory() as dump:
     options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
-    start = time.perf_counter()
-    lowered = jitted.trace(*args).lower(lowering_platforms=(tgt.platform,))
     cache = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)  # a cache hit dumps no HLO
     try:
       compiled = lowered.compile(compiler_options=options)
-    except Exception as e:
-      if "RESOURCE_EXHAUSTED" in str(e):
-        raise DoesNotFit(
-          f"compile_only {tgt.spec}: {name} does not fit {tgt.device_kind}: {_resource_line(e)}"
-        ) from e
-      raise
     finally:
       jax.config.update("jax_enable_compilation_cache", cache)
-    seconds = time.perf_counter() - start
-    partitioned = _partitioned_hlo(dump)
+    return compiled, _partitioned_hlo(dump)
+
+
+def compile_program(name, jitted, args, mesh, tgt):
+  """One program lowered and compiled for the target: its memory, FLOPs and collectives."""
+  start = time.perf_counter()
+  lowered = jitted.trace(*args).lower(lowering_platforms=(tgt.platform,))
+  try:
+    compiled, partitioned = compile_with_hlo(lowered)
+  except Exception as e:
+    if "RESOURCE_EXHAUSTED" in str(e):
+      raise DoesNotFit(
+        f"compile_only {tgt.spec}: {name} does not fit {tgt.device_kind}: {_resource_line(e)}"
+      ) from e
+    raise
+  seconds = time.perf_counter() - start
   mem = compiled.memory_analysis()
   peak = (
     mem.argument_size_in_bytes
