@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-slow lint format bench clean
+.PHONY: run test test-slow lint format bench compile-cuda clean
 
 $(STAMP): requirements.txt setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,5 +39,21 @@ test-slow: $(TEST_STAMP)
 bench: $(STAMP)
 	$(PY) -m experiments.bench all
 
+# The transformer's accel training config compiled for 8 GPUs, on this CPU (no GPU needed):
+# the CUDA wheels (requirements-gpu.txt, ~2.4 GB) go in .venv-gpu; GPU_TARGET_CONFIG is a
+# GpuTargetConfigProto text file (XLA keeps them for H100 and others).
+GPU_VENV := .venv-gpu
+GPU_TARGET_CONFIG ?=
+GPU_TOPOLOGY ?= 1x1x8
+compile-cuda:
+	@test -n "$(GPU_TARGET_CONFIG)" || { echo "error: set GPU_TARGET_CONFIG=FILE.txtpb"; exit 2; }
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q -r requirements.txt -r requirements-gpu.txt
+	$(GPU_VENV)/bin/python -m pip install -q --no-deps -e .
+	JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python -m experiments.main \
+	  --config=experiments/configs/default.py:rung=transformer,size=accel \
+	  --config.mesh_shape='(1,8,1)' --workdir=runs/compile_cuda \
+	  --compile_only=gpu:$(GPU_TARGET_CONFIG),topology=$(GPU_TOPOLOGY)
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(GPU_VENV) runs

@@ -2,6 +2,8 @@
 
   python -m experiments.gpu_bench OUT_DIR              # asserts jax's backend is 'gpu'
   python -m experiments.gpu_bench OUT_DIR --dry-run    # the same at tiny sizes, any backend
+  python -m experiments.gpu_bench OUT_DIR --compile_only=gpu:h100.txtpb,topology=1x1x8
+                                                       # the train suite compiled, not run
 
 First a probe process records the machine (device kind and count, NVIDIA driver from
 nvidia-smi or null, jax, jaxlib and CUDA plugin versions) and, unless --dry-run, exits 1 when
@@ -213,6 +215,25 @@ def markdown(summary):
   return "\n".join(lines) + "\n"
 
 
+def compile_only_run(out_dir, target, dry_run=False):
+  """The train suite's config (gpt2_small; tiny with dry_run) compiled for `target` over all
+  its devices, data parallel (jaxformer.train.compile_only); the attention and decode suites
+  are not compiled. Returns the exit code: 0, or 2 with one line when it cannot compile or fit."""
+  from jaxformer import data, ladder
+  from jaxformer.bench import train as bench_train
+  from jaxformer.train import compile_only
+
+  (train_args,) = [a for name, a, _ in PLANS["dry_run" if dry_run else "gpu"] if name == "train"]
+  model_size = train_args[train_args.index("--size") + 1]
+  config, seq_len = bench_train.config(model_size)
+  try:
+    compile_only.report_run(config, target, out_dir, sizes=(seq_len, config.model.vocab_size))
+  except (ladder.ConfigError, data.DataError) as e:
+    print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+    return 2
+  return 0
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("out_dir", nargs="?", default="runs/gpu_bench")
@@ -222,10 +243,18 @@ def main(argv=None):
   parser.add_argument("--command", help="the command line to record (the shell script's)")
   parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
   parser.add_argument("--expect-backend", help=argparse.SUPPRESS)
+  parser.add_argument(
+    "--compile_only",
+    metavar="TARGET",
+    help="compile the train suite's step for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
+    "without running: OUT_DIR/compile_report.json and a table; exit 2 when it does not fit",
+  )
   args = parser.parse_args(argv)
   if args.probe:
     probe(args.expect_backend)
     return
+  if args.compile_only is not None:
+    sys.exit(compile_only_run(args.out_dir, args.compile_only, dry_run=args.dry_run))
   plan = PLANS["dry_run" if args.dry_run else "gpu"]
   sys.exit(run(args.out_dir, plan, None if args.dry_run else BACKEND, args.command))
 

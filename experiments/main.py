@@ -2,7 +2,7 @@ r"""Train a rung of the ladder: the one entry point, and the only file that defi
 
   python -m experiments.main --config=experiments/configs/default.py:rung=transformer \
     --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug] \
-    [--profile [--profile_steps=5]]
+    [--profile [--profile_steps=5]] [--compile_only=v5e:2x4]
 
 Rerunning the same command resumes from the workdir's latest good checkpoint. SIGTERM
 (preemption) finishes the current step, saves and exits 0. A usage error (bad or unknown
@@ -21,7 +21,7 @@ from ml_collections import config_flags
 
 from experiments import cli
 from jaxformer import compile_cache, files, ladder
-from jaxformer.train import loop
+from jaxformer.train import compile_only, loop
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Config file experiments/configs/<name>.py[:arg].", lock_config=True
@@ -35,6 +35,14 @@ _PROFILE = flags.DEFINE_bool(
   "to WORKDIR/profile (TensorBoard's profile plugin; *.trace.json.gz opens in ui.perfetto.dev).",
 )
 _PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 5, "Steps --profile traces.")
+_COMPILE_ONLY = flags.DEFINE_string(
+  "compile_only",
+  None,
+  "Compile the run's programs for TARGET (a TPU topology: v5e:2x4[,slices=2]; or "
+  "gpu:TARGET_CONFIG.txtpb,topology=1x1x8) without running anything: writes "
+  "WORKDIR/compile_report.json and prints its table; exit 2 when a program does not fit "
+  "(jaxformer.train.compile_only).",
+)
 
 
 def parse_flags(argv):
@@ -111,6 +119,9 @@ def main(argv):
       raise ladder.ConfigError("--config is required (e.g. experiments/configs/default.py)")
     workdir = check_workdir(_WORKDIR.value)
     compile_cache.enable()
+    if _COMPILE_ONLY.value is not None:
+      compile_only.report_run(config, _COMPILE_ONLY.value, workdir)
+      return
     initialize_distributed()
     if _PROFILE_STEPS.value <= 0:
       raise ladder.ConfigError(f"--profile_steps={_PROFILE_STEPS.value}: must be positive")

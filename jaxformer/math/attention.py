@@ -7,7 +7,7 @@ under the same mask (`masks.py`), `linear` replaces the softmax (section 9 of
 docs/reconstruction.md: why the Transformer is not inevitable):
 
   dense           the reference: the [L, M] scores materialized. O(L M) time and memory.
-  dot_product     `jax.nn.dot_product_attention`: on a GPU its cuDNN fused kernel
+  dot_product     `jax.nn.dot_product_attention`: lowered for a GPU, its cuDNN fused kernel
                   (implementation='cudnn') where the dtype and shape allow, else XLA's
                   materialized softmax, with the reason logged once (`cudnn_choice`).
   blockwise       exact, online softmax over key blocks, recomputing backward: O(L) memory.
@@ -24,6 +24,7 @@ query that can read no key returns zeros.
 """
 
 import functools
+import importlib.util
 import logging
 import math
 
@@ -49,12 +50,17 @@ CUDNN_DTYPES = ("bfloat16", "float16")
 CUDNN_MAX_HEAD_DIM = 128  # and a multiple of 8 (cuDNN's fused attention)
 
 
-def cudnn_choice(q_BLHK, own_flags, backend=None):
-  """(implementation for jax.nn.dot_product_attention, why not cuDNN): ('cudnn', None) on a
-  GPU when the dtype and head dim allow and the causal / window flags express the mask,
-  else (None, the reason; None on a CPU or TPU, where cuDNN does not exist)."""
-  if (backend or jax.default_backend()) != "gpu":
-    return None, None
+def cudnn_available():
+  """Whether cuDNN attention can be traced here: jax's CUDA plugin is installed (a GPU host, or
+  a CPU host with the CUDA wheels compiling for a GPU)."""
+  return importlib.util.find_spec("jax_cuda12_plugin") is not None
+
+
+def cudnn_choice(q_BLHK, own_flags):
+  """(implementation for jax.nn.dot_product_attention on a GPU, why not cuDNN): ('cudnn', None)
+  when the dtype and head dim allow and the causal / window flags express the mask, else
+  (None, the reason). Whether the program runs on a GPU is decided later, from the platform it
+  is lowered for (`dot_product`), not from this host's default backend."""
   K = q_BLHK.shape[-1]
   if jnp.dtype(q_BLHK.dtype).name not in CUDNN_DTYPES:
     return None, f"dtype {jnp.dtype(q_BLHK.dtype).name}: cuDNN takes {' or '.join(CUDNN_DTYPES)}"
@@ -70,45 +76,57 @@ def _log_fallback(reason):
   logging.getLogger(__name__).warning("attention: XLA instead of cuDNN (%s)", reason)
 
 
+def _cudnn_attention(q_BLHK, k_BMHK, v_BMHK, **kwargs):
+  return jax.nn.dot_product_attention(q_BLHK, k_BMHK, v_BMHK, implementation="cudnn", **kwargs)
+
+
+def _on_gpu_cudnn(q_BLHK, k_BMHK, v_BMHK, **kwargs):
+  """cuDNN's kernel when the program is lowered for cuda, XLA's on every other platform
+  (`lax.platform_dependent`: both are traced, the lowering keeps one). A configuration the
+  cuDNN build refuses at trace time falls back to XLA, logged; a missing plugin is not caught."""
+  xla = functools.partial(jax.nn.dot_product_attention, implementation=None, **kwargs)
+  try:
+    jax.eval_shape(functools.partial(_cudnn_attention, **kwargs), q_BLHK, k_BMHK, v_BMHK)
+  except (ValueError, NotImplementedError) as e:
+    _log_fallback(f"cuDNN refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    return xla(q_BLHK, k_BMHK, v_BMHK)
+  cudnn = functools.partial(_cudnn_attention, **kwargs)
+  return jax.lax.platform_dependent(q_BLHK, k_BMHK, v_BMHK, cuda=cudnn, default=xla)
+
+
 def dot_product(
   q_BLHK, k_BMHK, v_BMHK, *, causal, temperature, window, q_offset, kv_mask_BM, implementation
 ):
   """`jax.nn.dot_product_attention`, with its own causal/window flags when they suffice.
 
   Its flags assume query l sits at position l; with an offset, L != M or a kv mask we pass
-  an explicit boolean mask instead. implementation='auto': cuDNN where `cudnn_choice`
-  allows, XLA otherwise (the reason logged once).
+  an explicit boolean mask instead. implementation='auto': where the CUDA plugin is installed
+  (`cudnn_available`) and `cudnn_choice` allows, cuDNN when lowered for cuda and XLA elsewhere;
+  else XLA (on a CUDA host, the reason logged once).
   """
   B, L, H, K = q_BLHK.shape
   M = k_BMHK.shape[1]
   scale = 1.0 / (math.sqrt(K) if temperature is None else temperature)
   k_BMHK, v_BMHK = k_BMHK.astype(q_BLHK.dtype), v_BMHK.astype(q_BLHK.dtype)
   own_flags = isinstance(q_offset, int) and q_offset == 0 and L == M and kv_mask_BM is None
-  auto = implementation == "auto"
-  if auto:
-    implementation, reason = cudnn_choice(q_BLHK, own_flags)
-    if reason is not None:
-      _log_fallback(reason)
+  cudnn = False
+  if implementation == "auto":
+    implementation = None
+    if cudnn_available():
+      choice, reason = cudnn_choice(q_BLHK, own_flags)
+      cudnn = choice == "cudnn"
+      if reason is not None:
+        _log_fallback(reason)
   if own_flags:
     local = None
     if window is not None:
       local = (window - 1, 0 if causal else window - 1)
-    call = functools.partial(
-      jax.nn.dot_product_attention,
-      q_BLHK,
-      k_BMHK,
-      v_BMHK,
-      scale=scale,
-      is_causal=causal,
-      local_window_size=local,
+    kwargs = dict(scale=scale, is_causal=causal, local_window_size=local)
+    if cudnn:
+      return _on_gpu_cudnn(q_BLHK, k_BMHK, v_BMHK, **kwargs)
+    return jax.nn.dot_product_attention(
+      q_BLHK, k_BMHK, v_BMHK, implementation=implementation, **kwargs
     )
-    if auto and implementation == "cudnn":
-      try:  # the cuDNN build or this GPU may still refuse the configuration
-        return call(implementation="cudnn")
-      except (ValueError, NotImplementedError, RuntimeError) as e:
-        _log_fallback(f"cuDNN refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        implementation = None
-    return call(implementation=implementation)
   mask_BLM = masks.attention_mask(
     L, M, causal=causal, window=window, q_offset=q_offset, kv_mask_BM=kv_mask_BM
   )

@@ -16,8 +16,15 @@ form; there the weight gradient transposes whichever of x and g is smaller inste
 transposed copy (recomputing GELU, with a 6 KiB stride that thrashes the cache) cost more
 than any other copy of the step (measured in BENCHMARKS.md).
 
+Where the rule applies: it pays only on XLA:CPU, and a `jax.custom_vjp` cannot be
+differentiated in forward mode (jvp, jacfwd, forward-over-reverse Hessian-vector products).
+So contract is plain `jnp.einsum` (every autodiff mode, the gradient program XLA:GPU and TPU
+expect) except inside `reverse_mode_only()`, which the train step enters around the loss it
+takes `jax.value_and_grad` of; there the rule is staged with `lax.platform_dependent`, so it is
+chosen from the platform the program is lowered for (a step lowered for cuda or tpu from a CPU
+host gets plain einsum), not from the host's default backend.
+
 Same values as jnp.einsum (forward identical; gradients equal up to summation order).
-Reverse mode only: `jax.custom_vjp` functions do not support jvp / jacfwd.
 spec: 'x,w->out' in the dimension key, every letter of w in x or out, every letter of x in
 w or out (plain contractions and batch dims; no '...', no letter repeated in one operand).
 """
@@ -32,6 +39,19 @@ import jax.numpy as jnp
 from jaxformer.math import shapes
 
 _NARROWER = contextvars.ContextVar("transpose_narrower", default=False)
+_REVERSE_ONLY = contextvars.ContextVar("reverse_mode_only", default=False)
+
+
+@contextlib.contextmanager
+def reverse_mode_only():
+  """Within: contract may use its CPU weight-gradient rule, a `jax.custom_vjp` that forward mode
+  cannot differentiate. For code that only reverse mode differentiates (the train step's loss);
+  decided when the forward pass is traced."""
+  token = _REVERSE_ONLY.set(True)
+  try:
+    yield
+  finally:
+    _REVERSE_ONLY.reset(token)
 
 
 @contextlib.contextmanager
@@ -60,7 +80,8 @@ def parse(spec):
 
 
 def contract(spec, x, w):
-  """jnp.einsum(spec, x, w) with the weight gradient x^T g (see the module docstring).
+  """jnp.einsum(spec, x, w); on CPU inside `reverse_mode_only()`, with the weight gradient
+  x^T g (see the module docstring).
 
   x and w are checked against the spec with chex, from static shapes only: a letter
   shared by x and w must have one size, and the AssertionError names the operand.
@@ -69,7 +90,10 @@ def contract(spec, x, w):
   sizes = {}
   shapes.check_array(f"contract {spec!r}", "x", x, xs, sizes)
   shapes.check_array(f"contract {spec!r}", "w", w, ws, sizes)
-  return _contract(spec, _NARROWER.get(), x, w)
+  if not _REVERSE_ONLY.get():
+    return jnp.einsum(spec, x, w)
+  cpu = functools.partial(_contract, spec, _NARROWER.get())
+  return jax.lax.platform_dependent(x, w, cpu=cpu, default=functools.partial(jnp.einsum, spec))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))

@@ -79,6 +79,10 @@ class LanguageModel(nn.Module):
     # jnp.take wraps negative ids (-1 is the last row); map them past the table so that
     # every id outside [0, V) reads the NaN fill.
     ids_BL = jnp.where(tokens_BL < 0, self.vocab_size, tokens_BL)
+    # The table gathered over fsdp before the lookup (as every weight is before its matmul):
+    # with embed split over fsdp and the batch too, the SPMD partitioner otherwise gathers the
+    # whole global batch of embeddings [B, L, D] and slices it back.
+    embed_VD = nn.with_logical_constraint(embed_VD, (axes.VOCAB, None))
     x_BLD = jnp.take(embed_VD, ids_BL, axis=0, mode="fill", fill_value=jnp.nan)
     x_BLD = x_BLD.astype(self.dtype)
     if self.positions == "learned":

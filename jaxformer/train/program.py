@@ -171,7 +171,9 @@ def build(config, mesh, batch_shape):
   model = ladder.build(config.rung, config.model)
   tx = optimizer.make(config)
   init_boxed = lambda rng: step.init_state(model, tx, rng, batch_shape)  # noqa: E731
-  boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+  # the key inside eval_shape: an eager jax.random.key would run on the default device, which a
+  # compile-only mesh (jaxformer.train.compile_only) does not have
+  boxed = jax.eval_shape(lambda: init_boxed(jax.random.key(0)))
   shardings = sharding.logical_shardings(boxed, mesh)
   abstract = sharding.with_shardings(sharding.strip_boxes(boxed), shardings)
   sharding.check_divisible(abstract, shardings)

@@ -105,6 +105,13 @@ def device_grid(shape, dcn_shape=None, devices=None):
   devices = jax.devices() if devices is None else list(devices)
   shape = resolve_mesh_shape(shape, len(devices))
   if dcn_shape is None:
+    slices = {d.slice_index for d in devices if hasattr(d, "slice_index")}
+    if len(slices) > 1:  # jax.make_mesh would fail its own assertion on these
+      raise MeshError(
+        f"dcn_mesh_shape=None: the {len(devices)} devices form {len(slices)} TPU slices; "
+        "set dcn_mesh_shape to say how many slices each axis spans, e.g. "
+        f"({len(slices)}, 1, 1) for data parallelism across slices"
+      )
     try:
       return jax.make_mesh(shape, MESH_AXES, devices=devices).devices
     except ValueError as e:

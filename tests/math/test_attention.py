@@ -353,26 +353,57 @@ def test_errors_name_the_field(kwargs, field):
 
 
 def test_cudnn_where_dtype_and_shape_allow_else_xla_with_the_reason(caplog):
-  """On a GPU dot_product asks for cuDNN's fused kernel; what it cannot take falls back to
-  XLA and says why. Off a GPU there is no cuDNN and nothing to report."""
+  """dot_product asks for cuDNN's fused kernel where dtype and shape allow, whatever the host;
+  what it cannot take falls back to XLA and says why (where the CUDA plugin is installed)."""
   bf16 = jnp.zeros((1, 8, 2, 64), jnp.bfloat16)
-  assert attention.cudnn_choice(bf16, True, backend="gpu") == ("cudnn", None)
-  assert attention.cudnn_choice(bf16, True, backend="cpu") == (None, None)
-  impl, why = attention.cudnn_choice(bf16.astype(jnp.float32), True, backend="gpu")
+  assert attention.cudnn_choice(bf16, True) == ("cudnn", None)
+  impl, why = attention.cudnn_choice(bf16.astype(jnp.float32), True)
   assert impl is None and "dtype float32" in why
-  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 256), jnp.bfloat16), True, backend="gpu")
+  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 256), jnp.bfloat16), True)
   assert impl is None and "head dim 256" in why
-  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 60), jnp.float16), True, backend="gpu")
+  impl, why = attention.cudnn_choice(jnp.zeros((1, 8, 2, 60), jnp.float16), True)
   assert impl is None and "head dim 60" in why
-  assert attention.cudnn_choice(bf16, False, backend="gpu")[1].startswith("a query offset")
+  assert attention.cudnn_choice(bf16, False)[1].startswith("a query offset")
   # the fallback is logged (once per reason) when the kernel is traced
   attention._log_fallback.cache_clear()
   with caplog.at_level("WARNING"), pytest.MonkeyPatch.context() as mp:
+    mp.setattr(attention, "cudnn_available", lambda: True)
     mp.setattr(attention, "cudnn_choice", lambda q, own: (None, "dtype float32: test"))
     q = jax.random.normal(jax.random.key(0), (1, 5, 3, 8))  # a shape no other test traces
     out = attend(q, q, q, impl="dot_product")
   assert "XLA instead of cuDNN (dtype float32: test)" in caplog.text
   chex.assert_trees_all_close(out, attend(q, q, q, impl="dense"), atol=1e-6)
+
+
+def test_cudnn_is_chosen_by_the_lowering_platform_not_the_host(monkeypatch):
+  """Lowered for cuda from this CPU host, dot_product takes the cuDNN branch; lowered for cpu
+  or tpu, XLA's. Failed before: the choice keyed on jax.default_backend() (this host's cpu), so
+  a cuda lowering silently got XLA. cuDNN itself needs the CUDA wheels to trace: a stand-in
+  kernel with a telltale op (cbrt) takes its place."""
+  monkeypatch.setattr(attention, "cudnn_available", lambda: True)
+  monkeypatch.setattr(attention, "_cudnn_attention", lambda q, k, v, **kw: jax.lax.cbrt(q))
+  q = jnp.ones((1, 24, 2, 64), jnp.bfloat16)
+  dot = jax.jit(lambda q: attend(q, q, q, impl="dot_product"))
+  try:
+    lowered = {
+      p: dot.trace(q).lower(lowering_platforms=(p,)).as_text() for p in ("cuda", "cpu", "tpu")
+    }
+    assert "cbrt" in lowered["cuda"]
+    assert "cbrt" not in lowered["cpu"] and "cbrt" not in lowered["tpu"]
+    # on this host the program runs XLA's attention
+    chex.assert_trees_all_close(dot(q), attend(q, q, q, impl="dense"), atol=2e-2)
+  finally:
+    attention._attend_static_offset.clear_cache()  # no later test may reuse the stand-in
+
+
+def test_a_missing_cuda_plugin_is_not_hidden(monkeypatch):
+  """cuDNN's own "not detected" error (a RuntimeError) is not swallowed by the fallback."""
+  if attention.cudnn_available():
+    pytest.skip("the CUDA plugin is installed here: cuDNN is detected")
+  monkeypatch.setattr(attention, "cudnn_available", lambda: True)
+  q = jnp.ones((1, 40, 2, 64), jnp.bfloat16)  # a shape no other test traces
+  with pytest.raises(RuntimeError, match="cuDNN"):
+    jax.jit(lambda q: attend(q, q, q, impl="dot_product")).trace(q)
 
 
 @pytest.mark.parametrize(
