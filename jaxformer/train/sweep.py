@@ -168,8 +168,20 @@ def _placement(n):
   return None
 
 
-def _programs(config, n, batch_shape, eval_batch):
-  """(init, step, eval) compiled for n replicas, and the seconds compiling took (0: cached)."""
+@dataclasses.dataclass(frozen=True)
+class Programs:
+  """The compiled programs of one sweep shape, and the seconds each took to compile."""
+
+  init: object  # (keys_N, hyper_N) -> state_N
+  train: object  # (state_N, batch_NBL, hyper_N, active_N) -> (state_N, loss_N, active_N)
+  evaluate: object  # (params_N, batch_BL) -> sums_N
+  sharding: object  # the replica axis' NamedSharding, or None (one device)
+  state: object  # the state's ShapeDtypeStructs, leaves [N, ...]
+  seconds: dict  # {"init", "train", "eval"}: compile seconds (trace + lower + compile)
+
+
+def programs(config, n, batch_shape, eval_batch):
+  """(Programs compiled for n replicas, seconds this call compiled: 0 when cached)."""
   key = (
     config.rung,
     config.model.to_json(sort_keys=True),
@@ -180,7 +192,8 @@ def _programs(config, n, batch_shape, eval_batch):
   )
   if key in _COMPILED:
     return _COMPILED[key], 0.0
-  start = time.perf_counter()
+  seconds = {}
+  clock = time.perf_counter()
   model = ladder.build(config.rung, config.model)
   sharded = _placement(n)
   rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=sharded)  # noqa: E731
@@ -193,6 +206,7 @@ def _programs(config, n, batch_shape, eval_batch):
   )
   state = jax.eval_shape(init, keys, hyper)
   init = init.lower(keys, hyper).compile()
+  seconds["init"], clock = time.perf_counter() - clock, time.perf_counter()
   state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharded), state)
   token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
   batch = {"inputs": token, "targets": token, "mask": token}
@@ -203,15 +217,22 @@ def _programs(config, n, batch_shape, eval_batch):
     **placed,
   )
   train = train.lower(state, batch, hyper, active).compile()
+  seconds["train"], clock = time.perf_counter() - clock, time.perf_counter()
   ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32)
   ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
   evaluate = jax.jit(jax.vmap(functools.partial(_sums, model=model), in_axes=(0, None)))
   evaluate = evaluate.lower(state["params"], ev_batch).compile()
-  programs = (init, train, evaluate, sharded)
+  seconds["eval"] = time.perf_counter() - clock
+  compiled = Programs(init, train, evaluate, sharded, state, seconds)
   if len(_COMPILED) >= _MAX_COMPILED:
     _COMPILED.pop(next(iter(_COMPILED)))
-  _COMPILED[key] = programs
-  return programs, time.perf_counter() - start
+  _COMPILED[key] = compiled
+  return compiled, sum(seconds.values())
+
+
+def clear_compiled():
+  """Forgets every compiled sweep program of this process (the next sweep compiles again)."""
+  _COMPILED.clear()
 
 
 def _held_out(dataset, batch_size):
@@ -267,7 +288,13 @@ def train(config, replicas, *, log=None, keep_params=True):
   n, B, L = len(replicas), config.batch_size, train_ds.seq_len
   validation, evaluation = _held_out(test_ds, B)
 
-  (init, train_step, evaluate, sharded), compile_seconds = _programs(config, n, (B, L), (B, L))
+  compiled, compile_seconds = programs(config, n, (B, L), (B, L))
+  init, train_step, evaluate, sharded = (
+    compiled.init,
+    compiled.train,
+    compiled.evaluate,
+    compiled.sharding,
+  )
   put = (lambda x: jax.device_put(x, sharded)) if sharded is not None else jnp.asarray
   lrs, wds = zip(*(_hyper(config, r) for r in replicas), strict=True)
   hyper = {

@@ -72,7 +72,8 @@ def test_a_diverging_replica_stops_and_leaves_the_others_untouched(three):
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(mixed.replica_params(0)))
 
 
-def test_early_stop_is_per_replica_and_ends_the_program_when_all_stopped():
+def test_early_stop_is_per_replica_and_ends_the_program_when_all_stopped(three):
+  # `three` compiled the program of these shapes in this process (alone, -k or under xdist)
   result = sweep.train(_config(early_stop_accuracy=0.01), REPLICAS)
   assert result.compile_seconds == 0.0  # the stop target is not part of the program
   assert result.steps == 2  # everyone reached 0.01 at the first evaluation
