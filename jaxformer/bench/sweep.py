@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.compilation_cache import compilation_cache
 
-from jaxformer import data, ladder
+from jaxformer import data
 from jaxformer.bench import BenchError, Suite, check_positive
 from jaxformer.train import config as config_lib
 from jaxformer.train import metrics, program, sweep
@@ -121,21 +121,15 @@ def _compile(c, n, shape):
   return compiled, time.process_time() - start
 
 
-def _program_sizes(c, n, shape, compiled):
-  """(jaxpr equations of the vmapped train step, bytes of its optimized HLO text)."""
-  hlo = compiled.train.as_text() or ""
-  model = ladder.build(c.rung, c.model)
+def _program_sizes(n, shape, compiled):
+  """(jaxpr equations of the vmapped train step, characters of its optimized HLO text)."""
   state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), compiled.state)
   token = jax.ShapeDtypeStruct((n, *shape), jnp.int32)
   hyper = {k: jax.ShapeDtypeStruct((n,), jnp.float32) for k in ("learning_rate", "weight_decay")}
-  step_fn = jax.vmap(lambda s, b, h, a: sweep._replica_step(s, b, h, a, config=c, model=model))
-  jaxpr = jax.make_jaxpr(step_fn)(
-    state,
-    {"inputs": token, "targets": token, "mask": token},
-    hyper,
-    jax.ShapeDtypeStruct((n,), jnp.bool_),
-  )
-  return _count_eqns(jaxpr.jaxpr), len(hlo)
+  batch = {"inputs": token, "targets": token, "mask": token}
+  active = jax.ShapeDtypeStruct((n,), jnp.bool_)
+  jaxpr = jax.make_jaxpr(compiled.step_fn)(state, batch, hyper, active)
+  return _count_eqns(jaxpr.jaxpr), len(compiled.train.as_text() or "")
 
 
 def _count_eqns(jaxpr):
@@ -210,7 +204,7 @@ def run(
       _fresh_cache()
       cold, cold_cpu = _compile(c, compile_replicas, shape)
       warm, warm_cpu = _compile(c, compile_replicas, shape)
-      equations, hlo_bytes = _program_sizes(c, compile_replicas, shape, cold)
+      equations, hlo_bytes = _program_sizes(compile_replicas, shape, cold)
       row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas)
       for name, programs in (("cold", cold), ("warm", warm)):
         for part, seconds in programs.seconds.items():
@@ -220,7 +214,9 @@ def run(
       row.update(train_jaxpr_eqns=equations, train_hlo_chars=hlo_bytes)
       row["load_avg_1m"] = os.getloadavg()[0]
       rows.append(row)
-      params = jax.tree.map(lambda x: np.empty(x.shape[1:], np.int8), cold.state["params"])
+      params = cold.flat.unflatten_stacked(
+        {g: np.empty((1, x.shape[1]), np.int8) for g, x in cold.state["params"].items()}
+      )
       flops_token = metrics.flops_per_token(
         c.rung, c.model, shape[1], metrics.matmul_param_count(params, c.model.tie_embeddings)
       )

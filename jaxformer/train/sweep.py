@@ -35,6 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -127,6 +128,76 @@ def _hyper(config, replica):
   return float(lr), float(wd)
 
 
+class FlatParams:
+  """One replica's params as two flat float32 vectors: `decayed` (every weight decay
+  applies to, jaxformer.train.optimizer.decay_mask) and `bias` (norms and biases).
+
+  The optimizer then updates two arrays instead of one per parameter, so the compiled step
+  holds a few large elementwise fusions where it held a few per leaf (AdamW, clipping, the
+  finite and active selects): a smaller program to compile. Each element goes through the
+  same arithmetic as in the pytree (AdamW is elementwise); only the global gradient norm
+  sums in another order. The model reads the pytree back through `unflatten` (static
+  slices), whose gradient concatenates the leaves' gradients.
+  """
+
+  GROUPS = ("decayed", "bias")  # names decay_mask reads: `bias` is a no-decay name
+
+  def __init__(self, template):
+    leaves, self.treedef = jax.tree.flatten(template)
+    dtypes = {jnp.dtype(x.dtype) for x in leaves}
+    if dtypes != {jnp.dtype(jnp.float32)}:
+      raise ValueError(f"sweep: params must all be float32, got {sorted(map(str, dtypes))}")
+    self.shapes = [tuple(x.shape) for x in leaves]
+    decays = jax.tree.leaves(optimizer.decay_mask(template))
+    self.index = {
+      "decayed": [i for i, d in enumerate(decays) if d],
+      "bias": [i for i, d in enumerate(decays) if not d],
+    }
+    self.index = {g: idx for g, idx in self.index.items() if idx}
+    # the optimizer must see the groups as it would see their leaves
+    assert optimizer.decay_mask({g: 0.0 for g in self.index}) == {
+      g: g == "decayed" for g in self.index
+    }
+    self.unflatten = jax.custom_vjp(lambda flat: self._unflatten(flat))
+    self.unflatten.defvjp(lambda flat: (self._unflatten(flat), None), self._flatten_vjp)
+
+  def flatten(self, params):
+    leaves = jax.tree.leaves(params)
+    return {
+      g: jnp.concatenate([jnp.ravel(leaves[i]) for i in idx]) for g, idx in self.index.items()
+    }
+
+  def _flatten_vjp(self, _, cotangent):
+    return (self.flatten(cotangent),)
+
+  def _unflatten(self, flat, lead=()):
+    leaves = [None] * len(self.shapes)
+    for g, idx in self.index.items():
+      offset = 0
+      for i in idx:
+        size = math.prod(self.shapes[i])
+        leaves[i] = flat[g][..., offset : offset + size].reshape((*lead, *self.shapes[i]))
+        offset += size
+    return jax.tree.unflatten(self.treedef, leaves)
+
+  def unflatten_stacked(self, flat):
+    """The pytree of host arrays [N, ...] from groups [N, size] (numpy, no tracing)."""
+    n = next(iter(flat.values())).shape[0]
+    return self._unflatten(flat, lead=(n,))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlatModel:
+  """`model` applied to FlatParams groups (what jaxformer.train.step calls)."""
+
+  model: object
+  flat: FlatParams
+
+  def apply(self, variables, *args, **kwargs):
+    params = self.flat.unflatten(variables["params"])
+    return self.model.apply({"params": params}, *args, **kwargs)
+
+
 def _replica_step(state, batch, hyper, active, *, config, model):
   """One step of one replica; an inactive replica (stopped, diverged) keeps its state, and a
   non-finite step makes it inactive from then on."""
@@ -137,8 +208,12 @@ def _replica_step(state, batch, hyper, active, *, config, model):
 
 
 def _replica_init(rng, hyper, *, config, model, batch_shape):
+  """step.init_state's params (same draws), flattened, with the optimizer state of the groups."""
   tx = optimizer.make(config, hyper["learning_rate"], hyper["weight_decay"])
-  return nn.meta.unbox(step.init_state(model, tx, rng, batch_shape))
+  state = nn.meta.unbox(step.init_state(model.model, optax.identity(), rng, batch_shape))
+  state["params"] = model.flat.flatten(state["params"])
+  state["opt_state"] = tx.init(state["params"])
+  return state
 
 
 def _sums(params, batch, *, model):
@@ -176,7 +251,9 @@ class Programs:
   train: object  # (state_N, batch_NBL, hyper_N, active_N) -> (state_N, loss_N, active_N)
   evaluate: object  # (params_N, batch_BL) -> sums_N
   sharding: object  # the replica axis' NamedSharding, or None (one device)
-  state: object  # the state's ShapeDtypeStructs, leaves [N, ...]
+  state: object  # the state's ShapeDtypeStructs, leaves [N, ...] (params: FlatParams groups)
+  flat: object  # FlatParams: the groups <-> the model's params
+  step_fn: object  # the vmapped train step before jit (for its jaxpr)
   seconds: dict  # {"init", "train", "eval"}: compile seconds (trace + lower + compile)
 
 
@@ -194,7 +271,11 @@ def programs(config, n, batch_shape, eval_batch):
     return _COMPILED[key], 0.0
   seconds = {}
   clock = time.perf_counter()
-  model = ladder.build(config.rung, config.model)
+  module = ladder.build(config.rung, config.model)
+  template = jax.eval_shape(
+    lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
+  )["params"]
+  model = _FlatModel(module, FlatParams(template))
   sharded = _placement(n)
   rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=sharded)  # noqa: E731
   hyper = {k: rep(jax.ShapeDtypeStruct((), jnp.float32)) for k in ("learning_rate", "weight_decay")}
@@ -211,8 +292,9 @@ def programs(config, n, batch_shape, eval_batch):
   token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
   batch = {"inputs": token, "targets": token, "mask": token}
   active = jax.ShapeDtypeStruct((n,), jnp.bool_, sharding=sharded)
+  step_fn = jax.vmap(functools.partial(_replica_step, config=config, model=model))
   train = jax.jit(
-    jax.vmap(functools.partial(_replica_step, config=config, model=model)),
+    step_fn,
     donate_argnums=0,
     **placed,
   )
@@ -223,7 +305,7 @@ def programs(config, n, batch_shape, eval_batch):
   evaluate = jax.jit(jax.vmap(functools.partial(_sums, model=model), in_axes=(0, None)))
   evaluate = evaluate.lower(state["params"], ev_batch).compile()
   seconds["eval"] = time.perf_counter() - clock
-  compiled = Programs(init, train, evaluate, sharded, state, seconds)
+  compiled = Programs(init, train, evaluate, sharded, state, model.flat, step_fn, seconds)
   if len(_COMPILED) >= _MAX_COMPILED:
     _COMPILED.pop(next(iter(_COMPILED)))
   _COMPILED[key] = compiled
@@ -355,7 +437,7 @@ def train(config, replicas, *, log=None, keep_params=True):
     Run(r.seed, lrs[i], wds[i], losses[i], evals[i], len(losses[i]), stop_reason[i])
     for i, r in enumerate(replicas)
   ]
-  params = jax.device_get(state["params"]) if keep_params else None
+  params = compiled.flat.unflatten_stacked(jax.device_get(state["params"])) if keep_params else None
   return SweepResult(
     config=config,
     runs=runs,
