@@ -15,12 +15,13 @@ Three arms stand for the experiments' quick size (`make run`):
 Per arm, one `compile` row: the sweep's three programs (init, train step, eval) at
 `compile_replicas` replicas, each timed from trace to compiled executable, cold (a fresh,
 empty persistent compilation cache and no program in memory) and warm (the same programs
-again, read back from that cache), with the train step's jaxpr equation count and the size
-of its optimized HLO text (wall seconds per program; process CPU seconds of the whole, which
-a shared machine disturbs less). Then one `step` row per replica count N: the train step's wall
-time on a fixed batch (best of `repeats` loops of `steps` steps, after one warm-up step),
-per program step and per replica-step, and the achieved FLOP/s (jaxformer.train.metrics'
-flops_per_token x tokens x N / step time) against the measured float32 matmul peak.
+again, read back from that cache), in wall seconds and in process CPU seconds (all threads;
+a shared machine disturbs them less), with the train step's jaxpr equation count and the
+size of its optimized HLO text. Then one `step` row per replica count N: the train step on
+a fixed batch (best of `repeats` loops of `steps` steps, after one warm-up step), per
+program step and per replica-step, in wall and CPU milliseconds, and the achieved FLOP/s
+(jaxformer.train.metrics' flops_per_token x tokens x N / wall step time) against the
+measured float32 matmul peak.
 """
 
 import os
@@ -163,7 +164,8 @@ def _batch(c, n, shape, put):
 
 
 def step_seconds(compiled, c, n, shape, steps, repeats):
-  """Best seconds per program step of the train step on one fixed batch (all replicas on)."""
+  """Best (wall, process CPU) seconds per program step of the train step on one fixed batch
+  (all replicas on), each the best of `repeats` loops of `steps` steps."""
   state, hyper, put = _state(compiled, n, c)
   batch = _batch(c, n, shape, put)
   active = put(np.ones(n, bool))
@@ -176,7 +178,8 @@ def step_seconds(compiled, c, n, shape, steps, repeats):
     box["state"] = s
     return loss
 
-  return metrics.best_seconds(window, repeats) / steps
+  wall = metrics.best_seconds(window, repeats) / steps
+  return wall, metrics.best_seconds(window, repeats, clock=time.process_time) / steps
 
 
 def run(
@@ -209,6 +212,7 @@ def run(
       for name, programs in (("cold", cold), ("warm", warm)):
         for part, seconds in programs.seconds.items():
           row[f"{name}_{part}_s"] = seconds
+          row[f"{name}_{part}_cpu_s"] = programs.cpu_seconds[part]
         row[f"{name}_s"] = sum(programs.seconds.values())
       row.update(cold_cpu_s=cold_cpu, warm_cpu_s=warm_cpu)
       row.update(train_jaxpr_eqns=equations, train_hlo_chars=hlo_bytes)
@@ -224,7 +228,7 @@ def run(
         start = time.perf_counter()
         compiled, _ = sweep.programs(c, n, shape, shape)
         compile_s = time.perf_counter() - start
-        step_s = step_seconds(compiled, c, n, shape, steps, repeats)
+        step_s, step_cpu_s = step_seconds(compiled, c, n, shape, steps, repeats)
         flops = flops_token * shape[0] * shape[1] * n
         rows.append(
           dict(
@@ -235,6 +239,8 @@ def run(
             compile_s=compile_s,
             step_ms=step_s * 1e3,
             replica_step_ms=step_s * 1e3 / n,
+            step_cpu_ms=step_cpu_s * 1e3,
+            replica_step_cpu_ms=step_cpu_s * 1e3 / n,
             flops_per_replica_step=flops / n,
             gflops=flops / step_s / 1e9,
             peak_gflops=peak / 1e9,
@@ -271,6 +277,7 @@ SUITE = Suite(
     "train_hlo_chars",
     "step_ms",
     "replica_step_ms",
+    "replica_step_cpu_ms",
     "gflops",
     "fraction_of_peak",
     "load_avg_1m",

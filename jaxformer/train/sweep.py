@@ -23,6 +23,12 @@ early stop and hyperparameter selection) and `eval` (second half: what a report 
 
 With several devices in one process and N divisible by their number, the replica axis is
 laid along a 1-D mesh, so each device trains its own replicas.
+
+Inside the programs a replica's params and AdamW state are two flat vectors (FlatParams:
+the decayed weights, the norms and biases), which keeps the compiled step small; the
+params a SweepResult returns are the model's pytree again. The init program runs once, so
+it compiles without LLVM's optimizations (RUN_ONCE). `programs(config, n, ...)` builds them
+and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
 import dataclasses
@@ -220,6 +226,11 @@ def _sums(params, batch, *, model):
   return step.eval_step(params, batch, model=model)
 
 
+# XLA options of the program that runs once per sweep (init): LLVM's optimizations cost more
+# compile time than they could save in one run. The train and eval steps keep XLA's defaults
+# (measured in BENCHMARKS.md: level 1 or 0 compiles them faster but steps slower).
+RUN_ONCE = {"xla_backend_optimization_level": 0}
+
 # Compiled programs by (rung, model, static training fields, replicas, batch shape, devices).
 _COMPILED = {}
 _MAX_COMPILED = 16
@@ -255,6 +266,7 @@ class Programs:
   flat: object  # FlatParams: the groups <-> the model's params
   step_fn: object  # the vmapped train step before jit (for its jaxpr)
   seconds: dict  # {"init", "train", "eval"}: compile seconds (trace + lower + compile)
+  cpu_seconds: dict  # the same in process CPU seconds (all threads)
 
 
 def programs(config, n, batch_shape, eval_batch):
@@ -269,8 +281,8 @@ def programs(config, n, batch_shape, eval_batch):
   )
   if key in _COMPILED:
     return _COMPILED[key], 0.0
-  seconds = {}
-  clock = time.perf_counter()
+  seconds, cpu_seconds = {}, {}
+  clock, cpu_clock = time.perf_counter(), time.process_time()
   module = ladder.build(config.rung, config.model)
   template = jax.eval_shape(
     lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
@@ -286,8 +298,9 @@ def programs(config, n, batch_shape, eval_batch):
     **placed,
   )
   state = jax.eval_shape(init, keys, hyper)
-  init = init.lower(keys, hyper).compile()
+  init = init.lower(keys, hyper).compile(compiler_options=RUN_ONCE)
   seconds["init"], clock = time.perf_counter() - clock, time.perf_counter()
+  cpu_seconds["init"], cpu_clock = time.process_time() - cpu_clock, time.process_time()
   state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharded), state)
   token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
   batch = {"inputs": token, "targets": token, "mask": token}
@@ -300,12 +313,16 @@ def programs(config, n, batch_shape, eval_batch):
   )
   train = train.lower(state, batch, hyper, active).compile()
   seconds["train"], clock = time.perf_counter() - clock, time.perf_counter()
+  cpu_seconds["train"], cpu_clock = time.process_time() - cpu_clock, time.process_time()
   ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32)
   ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
   evaluate = jax.jit(jax.vmap(functools.partial(_sums, model=model), in_axes=(0, None)))
   evaluate = evaluate.lower(state["params"], ev_batch).compile()
   seconds["eval"] = time.perf_counter() - clock
-  compiled = Programs(init, train, evaluate, sharded, state, model.flat, step_fn, seconds)
+  cpu_seconds["eval"] = time.process_time() - cpu_clock
+  compiled = Programs(
+    init, train, evaluate, sharded, state, model.flat, step_fn, seconds, cpu_seconds
+  )
   if len(_COMPILED) >= _MAX_COMPILED:
     _COMPILED.pop(next(iter(_COMPILED)))
   _COMPILED[key] = compiled

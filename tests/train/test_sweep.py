@@ -118,3 +118,27 @@ def test_grid_is_seeds_fastest():
     (1, 1e-3, 0.0),
     (0, 1e-3, 0.1),
   ]
+
+
+def test_flat_params_round_trip_and_group_by_weight_decay():
+  params = {
+    "dense": {"kernel": np.arange(6.0, dtype=np.float32).reshape(2, 3), "bias": np.ones(3, "f4")},
+    "norm": {"scale": np.full(2, 2.0, np.float32)},
+    "embed": np.arange(4.0, dtype=np.float32).reshape(4, 1),
+  }
+  flat = sweep.FlatParams(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params))
+  groups = flat.flatten(params)
+  # decayed: the kernel and the embedding (6 + 4); not: the bias and the norm scale (3 + 2)
+  assert {g: v.shape for g, v in groups.items()} == {"decayed": (10,), "bias": (5,)}
+  back = flat.unflatten(groups)
+  jax.tree.map(np.testing.assert_array_equal, back, params)
+  stacked = flat.unflatten_stacked({g: np.stack([v, 2 * v]) for g, v in groups.items()})
+  jax.tree.map(lambda s, p: np.testing.assert_array_equal(s[1], 2 * p), stacked, params)
+
+  # the gradient through unflatten is the leaves' gradients, flattened the same way
+  def loss(tree):
+    return sum(jax.numpy.sum(x**3) for x in jax.tree.leaves(tree))
+
+  through = jax.grad(lambda g: loss(flat.unflatten(g)))(groups)
+  direct = flat.flatten(jax.grad(loss)(params))
+  jax.tree.map(np.testing.assert_allclose, through, direct)
