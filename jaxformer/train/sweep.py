@@ -27,7 +27,8 @@ laid along a 1-D mesh, so each device trains its own replicas.
 Inside the programs a replica's params and AdamW state are two flat vectors (FlatParams:
 the decayed weights, the norms and biases), which keeps the compiled step small; the
 params a SweepResult returns are the model's pytree again. The init program runs once, so
-it compiles without LLVM's optimizations (RUN_ONCE). `programs(config, n, ...)` builds them
+it compiles without LLVM's optimizations (RUN_ONCE). On one device, the train step runs the
+replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n, ...)` builds them
 and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
@@ -269,6 +270,22 @@ class Programs:
   cpu_seconds: dict  # the same in process CPU seconds (all threads)
 
 
+# Replicas per vmapped group of the train step (None: all N in one vmap). Measured at the
+# quick text LM arm, N = 24 (BENCHMARKS.md): one vmap of 24 costs 17 CPU ms per replica-step,
+# groups of 3 10 ms and of 6 11 ms (at N = 3: 8-11 ms): past a few replicas the activations
+# of one step outgrow the caches.
+REPLICA_CHUNK = 3
+
+
+def _chunked(replica_step, n, sharded):
+  """vmap(replica_step) over N, or (one device, N > REPLICA_CHUNK) a loop over groups of
+  REPLICA_CHUNK replicas, each group vmapped (lax.map's batch_size; the remainder is one more
+  group), so the step's working set stays that of a few replicas."""
+  if REPLICA_CHUNK is None or n <= REPLICA_CHUNK or sharded is not None:
+    return jax.vmap(replica_step)
+  return lambda *args: jax.lax.map(lambda a: replica_step(*a), args, batch_size=REPLICA_CHUNK)
+
+
 def programs(config, n, batch_shape, eval_batch):
   """(Programs compiled for n replicas, seconds this call compiled: 0 when cached)."""
   key = (
@@ -305,7 +322,7 @@ def programs(config, n, batch_shape, eval_batch):
   token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
   batch = {"inputs": token, "targets": token, "mask": token}
   active = jax.ShapeDtypeStruct((n,), jnp.bool_, sharding=sharded)
-  step_fn = jax.vmap(functools.partial(_replica_step, config=config, model=model))
+  step_fn = _chunked(functools.partial(_replica_step, config=config, model=model), n, sharded)
   train = jax.jit(
     step_fn,
     donate_argnums=0,

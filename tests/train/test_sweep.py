@@ -58,6 +58,18 @@ def test_replicas_laid_along_the_devices_match_the_single_device_program():
     np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
 
 
+def test_replicas_trained_in_groups_match_one_vmapped_group(three):
+  assert sweep.REPLICA_CHUNK == 3  # 4 replicas on one device (4 does not divide 8): 3 + 1
+  grouped = sweep.train(_config(), [*REPLICAS, sweep.Replica(seed=3, learning_rate=2e-3)])
+  for a, b in zip(grouped.runs[:3], three.runs, strict=True):
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+  jax.tree.map(
+    lambda g, t: np.testing.assert_allclose(g[:3], t, rtol=2e-6, atol=2e-6),
+    grouped.params,
+    three.params,
+  )
+
+
 def test_a_diverging_replica_stops_and_leaves_the_others_untouched(three):
   exploding = sweep.Replica(seed=0, learning_rate=1e30)
   mixed = sweep.train(_config(), [exploding, *REPLICAS[1:]])
