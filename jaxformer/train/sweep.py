@@ -27,9 +27,9 @@ laid along a 1-D mesh, so each device trains its own replicas.
 Inside the programs a replica's params and AdamW state are two flat vectors (FlatParams:
 the decayed weights, the norms and biases), which keeps the compiled step small; the
 params a SweepResult returns are the model's pytree again. The init program runs once, so
-it compiles without LLVM's optimizations (RUN_ONCE). On one device, the train step runs the
-replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n, ...)` builds them
-and times each compile (jaxformer/bench/sweep.py reports them).
+it compiles without LLVM's optimizations (RUN_ONCE). On one device the train step runs the
+replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
+...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
 import dataclasses
@@ -147,14 +147,13 @@ class FlatParams:
   slices), whose gradient concatenates the leaves' gradients.
   """
 
-  GROUPS = ("decayed", "bias")  # names decay_mask reads: `bias` is a no-decay name
-
   def __init__(self, template):
     leaves, self.treedef = jax.tree.flatten(template)
     dtypes = {jnp.dtype(x.dtype) for x in leaves}
     if dtypes != {jnp.dtype(jnp.float32)}:
       raise ValueError(f"sweep: params must all be float32, got {sorted(map(str, dtypes))}")
     self.shapes = [tuple(x.shape) for x in leaves]
+    # group names as decay_mask reads them: `bias` is one of its no-decay names
     decays = jax.tree.leaves(optimizer.decay_mask(template))
     self.index = {
       "decayed": [i for i, d in enumerate(decays) if d],
@@ -265,7 +264,7 @@ class Programs:
   sharding: object  # the replica axis' NamedSharding, or None (one device)
   state: object  # the state's ShapeDtypeStructs, leaves [N, ...] (params: FlatParams groups)
   flat: object  # FlatParams: the groups <-> the model's params
-  step_fn: object  # the vmapped train step before jit (for its jaxpr)
+  step_fn: object  # the train step over N replicas before jit (for its jaxpr)
   seconds: dict  # {"init", "train", "eval"}: compile seconds (trace + lower + compile)
   cpu_seconds: dict  # the same in process CPU seconds (all threads)
 
