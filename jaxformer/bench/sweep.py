@@ -25,6 +25,7 @@ measured float32 matmul peak.
 """
 
 import os
+import shutil
 import tempfile
 import time
 
@@ -199,12 +200,13 @@ def run(
   peak = metrics.measure_matmul_peak()
   rows = []
   saved = _cache_settings()
+  caches = []  # the cold runs' cache directories, removed at the end
   try:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     for arm, c in configs.items():
       shape = (c.batch_size, c.model.max_len)
-      _fresh_cache()
+      caches.append(_fresh_cache())
       cold, cold_cpu = _compile(c, compile_replicas, shape)
       warm, warm_cpu = _compile(c, compile_replicas, shape)
       equations, hlo_bytes = _program_sizes(compile_replicas, shape, cold)
@@ -249,6 +251,8 @@ def run(
           )
         )
   finally:
+    for path in caches:
+      shutil.rmtree(path, ignore_errors=True)
     _restore_cache(saved)
     sweep.clear_compiled()
   return rows
