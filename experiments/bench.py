@@ -8,6 +8,7 @@
   python -m experiments.bench train --cpu-devices 2   # data parallel over 2 CPU devices
   python -m experiments.bench train --compare torch   # beside PyTorch eager, same process
   python -m experiments.bench matmul --compare torch  # each matrix product, XLA beside torch
+  python -m experiments.bench sweep --size tiny       # the sweep engine: compile and replicas
 
 A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
 A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
@@ -22,13 +23,23 @@ import os
 import sys
 
 from jaxformer import compile_cache, ladder
-from jaxformer.bench import BenchError, attention, decode, format_table, machine, matmul, train
+from jaxformer.bench import (
+  BenchError,
+  attention,
+  decode,
+  format_table,
+  machine,
+  matmul,
+  sweep,
+  train,
+)
 
 SUITES = {
   "attention": attention.SUITE,
   "decode": decode.SUITE,
   "matmul": matmul.SUITE,
   "train": train.SUITE,
+  "sweep": sweep.SUITE,
 }
 
 

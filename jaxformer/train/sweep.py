@@ -23,6 +23,13 @@ early stop and hyperparameter selection) and `eval` (second half: what a report 
 
 With several devices in one process and N divisible by their number, the replica axis is
 laid along a 1-D mesh, so each device trains its own replicas.
+
+Inside the programs a replica's params and AdamW state are two flat vectors (FlatParams:
+the decayed weights, the norms and biases), which keeps the compiled step small; the
+params a SweepResult returns are the model's pytree again. The init program runs once, so
+it compiles without LLVM's optimizations (RUN_ONCE). On one device the train step runs the
+replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
+...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
 import dataclasses
@@ -35,6 +42,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -127,6 +135,75 @@ def _hyper(config, replica):
   return float(lr), float(wd)
 
 
+class FlatParams:
+  """One replica's params as two flat float32 vectors: `decayed` (every weight decay
+  applies to, jaxformer.train.optimizer.decay_mask) and `bias` (norms and biases).
+
+  The optimizer then updates two arrays instead of one per parameter, so the compiled step
+  holds a few large elementwise fusions where it held a few per leaf (AdamW, clipping, the
+  finite and active selects): a smaller program to compile. Each element goes through the
+  same arithmetic as in the pytree (AdamW is elementwise); only the global gradient norm
+  sums in another order. The model reads the pytree back through `unflatten` (static
+  slices), whose gradient concatenates the leaves' gradients.
+  """
+
+  def __init__(self, template):
+    leaves, self.treedef = jax.tree.flatten(template)
+    dtypes = {jnp.dtype(x.dtype) for x in leaves}
+    if dtypes != {jnp.dtype(jnp.float32)}:
+      raise ValueError(f"sweep: params must all be float32, got {sorted(map(str, dtypes))}")
+    self.shapes = [tuple(x.shape) for x in leaves]
+    # group names as decay_mask reads them: `bias` is one of its no-decay names
+    decays = jax.tree.leaves(optimizer.decay_mask(template))
+    self.index = {
+      "decayed": [i for i, d in enumerate(decays) if d],
+      "bias": [i for i, d in enumerate(decays) if not d],
+    }
+    self.index = {g: idx for g, idx in self.index.items() if idx}
+    # the optimizer must see the groups as it would see their leaves
+    assert optimizer.decay_mask({g: 0.0 for g in self.index}) == {
+      g: g == "decayed" for g in self.index
+    }
+    self.unflatten = jax.custom_vjp(lambda flat: self._unflatten(flat))
+    self.unflatten.defvjp(lambda flat: (self._unflatten(flat), None), self._flatten_vjp)
+
+  def flatten(self, params):
+    leaves = jax.tree.leaves(params)
+    return {
+      g: jnp.concatenate([jnp.ravel(leaves[i]) for i in idx]) for g, idx in self.index.items()
+    }
+
+  def _flatten_vjp(self, _, cotangent):
+    return (self.flatten(cotangent),)
+
+  def _unflatten(self, flat, lead=()):
+    leaves = [None] * len(self.shapes)
+    for g, idx in self.index.items():
+      offset = 0
+      for i in idx:
+        size = math.prod(self.shapes[i])
+        leaves[i] = flat[g][..., offset : offset + size].reshape((*lead, *self.shapes[i]))
+        offset += size
+    return jax.tree.unflatten(self.treedef, leaves)
+
+  def unflatten_stacked(self, flat):
+    """The pytree of host arrays [N, ...] from groups [N, size] (numpy, no tracing)."""
+    n = next(iter(flat.values())).shape[0]
+    return self._unflatten(flat, lead=(n,))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlatModel:
+  """`model` applied to FlatParams groups (what jaxformer.train.step calls)."""
+
+  model: object
+  flat: FlatParams
+
+  def apply(self, variables, *args, **kwargs):
+    params = self.flat.unflatten(variables["params"])
+    return self.model.apply({"params": params}, *args, **kwargs)
+
+
 def _replica_step(state, batch, hyper, active, *, config, model):
   """One step of one replica; an inactive replica (stopped, diverged) keeps its state, and a
   non-finite step makes it inactive from then on."""
@@ -137,13 +214,22 @@ def _replica_step(state, batch, hyper, active, *, config, model):
 
 
 def _replica_init(rng, hyper, *, config, model, batch_shape):
+  """step.init_state's params (same draws), flattened, with the optimizer state of the groups."""
   tx = optimizer.make(config, hyper["learning_rate"], hyper["weight_decay"])
-  return nn.meta.unbox(step.init_state(model, tx, rng, batch_shape))
+  state = nn.meta.unbox(step.init_state(model.model, optax.identity(), rng, batch_shape))
+  state["params"] = model.flat.flatten(state["params"])
+  state["opt_state"] = tx.init(state["params"])
+  return state
 
 
 def _sums(params, batch, *, model):
   return step.eval_step(params, batch, model=model)
 
+
+# XLA options of the program that runs once per sweep (init): LLVM's optimizations cost more
+# compile time than they could save in one run. The train and eval steps keep XLA's defaults
+# (measured in BENCHMARKS.md: level 1 or 0 compiles them faster but steps slower).
+RUN_ONCE = {"xla_backend_optimization_level": 0}
 
 # Compiled programs by (rung, model, static training fields, replicas, batch shape, devices).
 _COMPILED = {}
@@ -168,8 +254,39 @@ def _placement(n):
   return None
 
 
-def _programs(config, n, batch_shape, eval_batch):
-  """(init, step, eval) compiled for n replicas, and the seconds compiling took (0: cached)."""
+@dataclasses.dataclass(frozen=True)
+class Programs:
+  """The compiled programs of one sweep shape, and the seconds each took to compile."""
+
+  init: object  # (keys_N, hyper_N) -> state_N
+  train: object  # (state_N, batch_NBL, hyper_N, active_N) -> (state_N, loss_N, active_N)
+  evaluate: object  # (params_N, batch_BL) -> sums_N
+  sharding: object  # the replica axis' NamedSharding, or None (one device)
+  state: object  # the state's ShapeDtypeStructs, leaves [N, ...] (params: FlatParams groups)
+  flat: object  # FlatParams: the groups <-> the model's params
+  step_fn: object  # the train step over N replicas before jit (for its jaxpr)
+  seconds: dict  # {"init", "train", "eval"}: compile seconds (trace + lower + compile)
+  cpu_seconds: dict  # the same in process CPU seconds (all threads)
+
+
+# Replicas per vmapped group of the train step (None: all N in one vmap). Measured at the
+# quick text LM arm, N = 24 (BENCHMARKS.md): one vmap of 24 costs 17 CPU ms per replica-step,
+# groups of 3 10 ms and of 6 11 ms (at N = 3: 8-11 ms): past a few replicas the activations
+# of one step outgrow the caches.
+REPLICA_CHUNK = 3
+
+
+def _chunked(replica_step, n, sharded):
+  """vmap(replica_step) over N, or (one device, N > REPLICA_CHUNK) a loop over groups of
+  REPLICA_CHUNK replicas, each group vmapped (lax.map's batch_size; the remainder is one more
+  group), so the step's working set stays that of a few replicas."""
+  if REPLICA_CHUNK is None or n <= REPLICA_CHUNK or sharded is not None:
+    return jax.vmap(replica_step)
+  return lambda *args: jax.lax.map(lambda a: replica_step(*a), args, batch_size=REPLICA_CHUNK)
+
+
+def programs(config, n, batch_shape, eval_batch):
+  """(Programs compiled for n replicas, seconds this call compiled: 0 when cached)."""
   key = (
     config.rung,
     config.model.to_json(sort_keys=True),
@@ -180,8 +297,13 @@ def _programs(config, n, batch_shape, eval_batch):
   )
   if key in _COMPILED:
     return _COMPILED[key], 0.0
-  start = time.perf_counter()
-  model = ladder.build(config.rung, config.model)
+  seconds, cpu_seconds = {}, {}
+  clock, cpu_clock = time.perf_counter(), time.process_time()
+  module = ladder.build(config.rung, config.model)
+  template = jax.eval_shape(
+    lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
+  )["params"]
+  model = _FlatModel(module, FlatParams(template))
   sharded = _placement(n)
   rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=sharded)  # noqa: E731
   hyper = {k: rep(jax.ShapeDtypeStruct((), jnp.float32)) for k in ("learning_rate", "weight_decay")}
@@ -192,26 +314,40 @@ def _programs(config, n, batch_shape, eval_batch):
     **placed,
   )
   state = jax.eval_shape(init, keys, hyper)
-  init = init.lower(keys, hyper).compile()
+  init = init.lower(keys, hyper).compile(compiler_options=RUN_ONCE)
+  seconds["init"], clock = time.perf_counter() - clock, time.perf_counter()
+  cpu_seconds["init"], cpu_clock = time.process_time() - cpu_clock, time.process_time()
   state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharded), state)
   token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
   batch = {"inputs": token, "targets": token, "mask": token}
   active = jax.ShapeDtypeStruct((n,), jnp.bool_, sharding=sharded)
+  step_fn = _chunked(functools.partial(_replica_step, config=config, model=model), n, sharded)
   train = jax.jit(
-    jax.vmap(functools.partial(_replica_step, config=config, model=model)),
+    step_fn,
     donate_argnums=0,
     **placed,
   )
   train = train.lower(state, batch, hyper, active).compile()
+  seconds["train"], clock = time.perf_counter() - clock, time.perf_counter()
+  cpu_seconds["train"], cpu_clock = time.process_time() - cpu_clock, time.process_time()
   ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32)
   ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
   evaluate = jax.jit(jax.vmap(functools.partial(_sums, model=model), in_axes=(0, None)))
   evaluate = evaluate.lower(state["params"], ev_batch).compile()
-  programs = (init, train, evaluate, sharded)
+  seconds["eval"] = time.perf_counter() - clock
+  cpu_seconds["eval"] = time.process_time() - cpu_clock
+  compiled = Programs(
+    init, train, evaluate, sharded, state, model.flat, step_fn, seconds, cpu_seconds
+  )
   if len(_COMPILED) >= _MAX_COMPILED:
     _COMPILED.pop(next(iter(_COMPILED)))
-  _COMPILED[key] = programs
-  return programs, time.perf_counter() - start
+  _COMPILED[key] = compiled
+  return compiled, sum(seconds.values())
+
+
+def clear_compiled():
+  """Forgets every compiled sweep program of this process (the next sweep compiles again)."""
+  _COMPILED.clear()
 
 
 def _held_out(dataset, batch_size):
@@ -267,7 +403,13 @@ def train(config, replicas, *, log=None, keep_params=True):
   n, B, L = len(replicas), config.batch_size, train_ds.seq_len
   validation, evaluation = _held_out(test_ds, B)
 
-  (init, train_step, evaluate, sharded), compile_seconds = _programs(config, n, (B, L), (B, L))
+  compiled, compile_seconds = programs(config, n, (B, L), (B, L))
+  init, train_step, evaluate, sharded = (
+    compiled.init,
+    compiled.train,
+    compiled.evaluate,
+    compiled.sharding,
+  )
   put = (lambda x: jax.device_put(x, sharded)) if sharded is not None else jnp.asarray
   lrs, wds = zip(*(_hyper(config, r) for r in replicas), strict=True)
   hyper = {
@@ -328,7 +470,7 @@ def train(config, replicas, *, log=None, keep_params=True):
     Run(r.seed, lrs[i], wds[i], losses[i], evals[i], len(losses[i]), stop_reason[i])
     for i, r in enumerate(replicas)
   ]
-  params = jax.device_get(state["params"]) if keep_params else None
+  params = compiled.flat.unflatten_stacked(jax.device_get(state["params"])) if keep_params else None
   return SweepResult(
     config=config,
     runs=runs,

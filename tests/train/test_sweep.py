@@ -58,6 +58,18 @@ def test_replicas_laid_along_the_devices_match_the_single_device_program():
     np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
 
 
+def test_replicas_trained_in_groups_match_one_vmapped_group(three):
+  assert sweep.REPLICA_CHUNK == 3  # 4 replicas on one device (4 does not divide 8): 3 + 1
+  grouped = sweep.train(_config(), [*REPLICAS, sweep.Replica(seed=3, learning_rate=2e-3)])
+  for a, b in zip(grouped.runs[:3], three.runs, strict=True):
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+  jax.tree.map(
+    lambda g, t: np.testing.assert_allclose(g[:3], t, rtol=2e-6, atol=2e-6),
+    grouped.params,
+    three.params,
+  )
+
+
 def test_a_diverging_replica_stops_and_leaves_the_others_untouched(three):
   exploding = sweep.Replica(seed=0, learning_rate=1e30)
   mixed = sweep.train(_config(), [exploding, *REPLICAS[1:]])
@@ -72,7 +84,8 @@ def test_a_diverging_replica_stops_and_leaves_the_others_untouched(three):
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(mixed.replica_params(0)))
 
 
-def test_early_stop_is_per_replica_and_ends_the_program_when_all_stopped():
+def test_early_stop_is_per_replica_and_ends_the_program_when_all_stopped(three):
+  # `three` compiled the program of these shapes in this process (alone, -k or under xdist)
   result = sweep.train(_config(early_stop_accuracy=0.01), REPLICAS)
   assert result.compile_seconds == 0.0  # the stop target is not part of the program
   assert result.steps == 2  # everyone reached 0.01 at the first evaluation
@@ -117,3 +130,27 @@ def test_grid_is_seeds_fastest():
     (1, 1e-3, 0.0),
     (0, 1e-3, 0.1),
   ]
+
+
+def test_flat_params_round_trip_and_group_by_weight_decay():
+  params = {
+    "dense": {"kernel": np.arange(6.0, dtype=np.float32).reshape(2, 3), "bias": np.ones(3, "f4")},
+    "norm": {"scale": np.full(2, 2.0, np.float32)},
+    "embed": np.arange(4.0, dtype=np.float32).reshape(4, 1),
+  }
+  flat = sweep.FlatParams(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params))
+  groups = flat.flatten(params)
+  # decayed: the kernel and the embedding (6 + 4); not: the bias and the norm scale (3 + 2)
+  assert {g: v.shape for g, v in groups.items()} == {"decayed": (10,), "bias": (5,)}
+  back = flat.unflatten(groups)
+  jax.tree.map(np.testing.assert_array_equal, back, params)
+  stacked = flat.unflatten_stacked({g: np.stack([v, 2 * v]) for g, v in groups.items()})
+  jax.tree.map(lambda s, p: np.testing.assert_array_equal(s[1], 2 * p), stacked, params)
+
+  # the gradient through unflatten is the leaves' gradients, flattened the same way
+  def loss(tree):
+    return sum(jax.numpy.sum(x**3) for x in jax.tree.leaves(tree))
+
+  through = jax.grad(lambda g: loss(flat.unflatten(g)))(groups)
+  direct = flat.flatten(jax.grad(loss)(params))
+  jax.tree.map(np.testing.assert_allclose, through, direct)

@@ -1,0 +1,291 @@
+"""Sweep suite: what the experiments' sweep engine (jaxformer.train.sweep) costs per arm.
+
+  python -m experiments.bench sweep                 # the quick sizes of three arms
+  python -m experiments.bench sweep --size tiny     # the smoke test's size: seconds
+  python -m experiments.bench sweep --set arms="('lstm',)" --set replicas="(1,24)"
+
+Three arms stand for the experiments' quick size (`make run`):
+  lstm         rung rnn, one LSTM layer, D = 64, MQAR V = 32 L = 16 K = 2, batch 64
+               (experiments/fixed_memory.py, the lstm arm at D = 64)
+  transformer  rung transformer, 2 layers, 1 head, D = 64, F = 256, the same task and batch
+               (experiments/fixed_memory.py, the transformer arm at D = 64)
+  text_lm      rung mlp_kv, 2 layers, 2 heads, D = F = 64, char-level text of jaxformer's own
+               source, L = 32, batch 32 (experiments/mlp_memory.py, the F = 64 W2 arm)
+
+Per arm, one `compile` row: the sweep's three programs (init, train step, eval) at
+`compile_replicas` replicas, each timed from trace to compiled executable, cold (a fresh,
+empty persistent compilation cache and no program in memory) and warm (the same programs
+again, read back from that cache), in wall seconds and in process CPU seconds (all threads;
+a shared machine disturbs them less), with the train step's jaxpr equation count and the
+size of its optimized HLO text. Then one `step` row per replica count N: the train step on
+a fixed batch (best of `repeats` loops of `steps` steps, after one warm-up step), per
+program step and per replica-step, in wall and CPU milliseconds, and the achieved FLOP/s
+(jaxformer.train.metrics' flops_per_token x tokens x N / wall step time) against the
+measured float32 matmul peak.
+"""
+
+import os
+import shutil
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.compilation_cache import compilation_cache
+
+from jaxformer import data
+from jaxformer.bench import BenchError, Suite, check_positive
+from jaxformer.train import config as config_lib
+from jaxformer.train import metrics, program, sweep
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MQAR = "mqar:vocab_size=32,seq_len=16,num_kv_pairs=2,num_examples=20000,num_test_examples=512"
+TEXT = os.path.join(REPO_ROOT, "jaxformer", "**", "*.py")
+
+# name -> (rung, model fields, training fields, task); the quick sizes named in the docstring
+ARMS = {
+  "lstm": (
+    "rnn",
+    dict(cell="lstm", num_layers=1, d_model=64),
+    dict(batch_size=64, learning_rate=1e-2),
+    MQAR,
+  ),
+  "transformer": (
+    "transformer",
+    dict(num_layers=2, num_heads=1, d_model=64, d_ff=256),
+    dict(batch_size=64, learning_rate=3e-3),
+    MQAR,
+  ),
+  "text_lm": (
+    "mlp_kv",
+    dict(num_layers=2, num_heads=2, d_model=64, d_ff=64, use_bias=True, norm="pre"),
+    dict(batch_size=32, learning_rate=3e-3),
+    f"text:path={TEXT},level=char,seq_len=32,stride=16",
+  ),
+}
+# The smoke test's size: the same arms at width 8, batch 4, a short task.
+TINY = dict(d_model=8, d_ff=16)
+TINY_MQAR = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2,num_examples=64,num_test_examples=16"
+TINY_TEXT = os.path.join(REPO_ROOT, "jaxformer", "math", "*.py")
+
+
+def config(arm, tiny=False):
+  """The training config of `arm` (resolved: sized for its task) and its train dataset."""
+  if arm not in ARMS:
+    raise BenchError(f"arms: {arm!r} is not one of {', '.join(ARMS)}")
+  rung, fields, train, task = ARMS[arm]
+  if tiny:
+    fields = fields | {k: v for k, v in TINY.items() if k in fields}
+    train = train | {"batch_size": 4}
+    task = TINY_MQAR if task == MQAR else f"text:path={TINY_TEXT},level=char,seq_len=8,stride=8"
+  c = config_lib.get_config(rung)
+  c.task = task
+  c.peak_flops_per_device = 1e11  # the suite measures its own peak
+  c.update(total_steps=300, warmup_steps=50, eval_every=100, early_stop_accuracy=0.99, **train)
+  with c.model.unlocked():
+    c.model.update(fields)
+  program.check_config(c)
+  dataset = data.get_dataset(c.task, "train", c.data_dir)
+  return program.resolve(c, dataset), dataset
+
+
+def _fresh_cache():
+  """Points JAX's persistent compilation cache at a new empty directory; returns it."""
+  path = tempfile.mkdtemp(prefix="jaxformer_sweep_bench_")
+  compilation_cache.reset_cache()
+  compilation_cache.set_cache_dir(path)
+  return path
+
+
+def _restore_cache(saved):
+  compilation_cache.reset_cache()
+  for name, value in saved.items():
+    jax.config.update(name, value)
+
+
+def _cache_settings():
+  names = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+  )
+  return {name: getattr(jax.config, name) for name in names}
+
+
+def _compile(c, n, shape):
+  """(Programs compiled from nothing in memory (the persistent cache as set), the process
+  CPU seconds that took: all threads; on a shared machine steadier than wall time)."""
+  sweep.clear_compiled()
+  jax.clear_caches()
+  start = time.process_time()
+  compiled, _ = sweep.programs(c, n, shape, shape)
+  return compiled, time.process_time() - start
+
+
+def _program_sizes(n, shape, compiled):
+  """(jaxpr equations of the vmapped train step, characters of its optimized HLO text)."""
+  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), compiled.state)
+  token = jax.ShapeDtypeStruct((n, *shape), jnp.int32)
+  hyper = {k: jax.ShapeDtypeStruct((n,), jnp.float32) for k in ("learning_rate", "weight_decay")}
+  batch = {"inputs": token, "targets": token, "mask": token}
+  active = jax.ShapeDtypeStruct((n,), jnp.bool_)
+  jaxpr = jax.make_jaxpr(compiled.step_fn)(state, batch, hyper, active)
+  return _count_eqns(jaxpr.jaxpr), len(compiled.train.as_text() or "")
+
+
+def _count_eqns(jaxpr):
+  """Equations of a jaxpr, those of its sub-jaxprs (scan, cond, custom_vjp bodies) included."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    total += 1
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, tuple | list) else (param,):
+        inner = getattr(sub, "jaxpr", None)
+        if inner is not None:
+          total += _count_eqns(getattr(inner, "jaxpr", inner))
+  return total
+
+
+def _state(compiled, n, c):
+  put = (lambda x: jax.device_put(x, compiled.sharding)) if compiled.sharding else jnp.asarray
+  seeds = jnp.arange(n, dtype=jnp.uint32)
+  keys = put(jax.vmap(jax.random.key)(seeds))
+  rates = np.geomspace(1e-3, 1e-2, n).astype(np.float32) if n > 1 else np.full(1, 3e-3, np.float32)
+  hyper = {"learning_rate": put(rates), "weight_decay": put(np.full(n, 0.1, np.float32))}
+  return compiled.init(keys, hyper), hyper, put
+
+
+def _batch(c, n, shape, put):
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, c.model.vocab_size, (n, shape[0], shape[1] + 1), dtype=np.int32)
+  batch = {"inputs": tokens[..., :-1], "targets": tokens[..., 1:]}
+  batch["mask"] = np.ones(batch["inputs"].shape, np.int32)
+  return {k: put(v) for k, v in batch.items()}
+
+
+def step_seconds(compiled, c, n, shape, steps, repeats):
+  """Best (wall, process CPU) seconds per program step of the train step on one fixed batch
+  (all replicas on), each the best of `repeats` loops of `steps` steps."""
+  state, hyper, put = _state(compiled, n, c)
+  batch = _batch(c, n, shape, put)
+  active = put(np.ones(n, bool))
+  box = {"state": compiled.train(state, batch, hyper, active)[0]}  # warm-up
+
+  def window():
+    s = box["state"]
+    for _ in range(steps):
+      s, loss, _ = compiled.train(s, batch, hyper, active)
+    box["state"] = s
+    return loss
+
+  wall = metrics.best_seconds(window, repeats) / steps
+  return wall, metrics.best_seconds(window, repeats, clock=time.process_time) / steps
+
+
+def run(
+  arms=tuple(ARMS),
+  replicas=(1, 3, 12, 24),
+  compile_replicas=3,
+  steps=10,
+  repeats=3,
+  tiny=False,
+):
+  """A compile row per arm, a step row per (arm, replica count)."""
+  check_positive(replicas=replicas, compile_replicas=compile_replicas, steps=steps)
+  check_positive(repeats=repeats)
+  if not arms or isinstance(arms, str):
+    raise BenchError(f"arms={arms!r}: expected a tuple of names from {', '.join(ARMS)}")
+  configs = {arm: config(arm, tiny)[0] for arm in arms}  # BenchError before any work
+  peak = metrics.measure_matmul_peak()
+  rows = []
+  saved = _cache_settings()
+  caches = []  # the cold runs' cache directories, removed at the end
+  try:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    for arm, c in configs.items():
+      shape = (c.batch_size, c.model.max_len)
+      caches.append(_fresh_cache())
+      cold, cold_cpu = _compile(c, compile_replicas, shape)
+      warm, warm_cpu = _compile(c, compile_replicas, shape)
+      equations, hlo_bytes = _program_sizes(compile_replicas, shape, cold)
+      row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas)
+      for name, programs in (("cold", cold), ("warm", warm)):
+        for part, seconds in programs.seconds.items():
+          row[f"{name}_{part}_s"] = seconds
+          row[f"{name}_{part}_cpu_s"] = programs.cpu_seconds[part]
+        row[f"{name}_s"] = sum(programs.seconds.values())
+      row.update(cold_cpu_s=cold_cpu, warm_cpu_s=warm_cpu)
+      row.update(train_jaxpr_eqns=equations, train_hlo_chars=hlo_bytes)
+      row["load_avg_1m"] = os.getloadavg()[0]
+      rows.append(row)
+      params = cold.flat.unflatten_stacked(
+        {g: np.empty((1, x.shape[1]), np.int8) for g, x in cold.state["params"].items()}
+      )
+      flops_token = metrics.flops_per_token(
+        c.rung, c.model, shape[1], metrics.matmul_param_count(params, c.model.tie_embeddings)
+      )
+      for n in replicas:
+        start = time.perf_counter()
+        compiled, _ = sweep.programs(c, n, shape, shape)
+        compile_s = time.perf_counter() - start
+        step_s, step_cpu_s = step_seconds(compiled, c, n, shape, steps, repeats)
+        flops = flops_token * shape[0] * shape[1] * n
+        rows.append(
+          dict(
+            arm=arm,
+            kind="step",
+            rung=c.rung,
+            replicas=n,
+            compile_s=compile_s,
+            step_ms=step_s * 1e3,
+            replica_step_ms=step_s * 1e3 / n,
+            step_cpu_ms=step_cpu_s * 1e3,
+            replica_step_cpu_ms=step_cpu_s * 1e3 / n,
+            flops_per_replica_step=flops / n,
+            gflops=flops / step_s / 1e9,
+            peak_gflops=peak / 1e9,
+            fraction_of_peak=flops / step_s / peak,
+            load_avg_1m=os.getloadavg()[0],
+          )
+        )
+  finally:
+    for path in caches:
+      shutil.rmtree(path, ignore_errors=True)
+    _restore_cache(saved)
+    sweep.clear_compiled()
+  return rows
+
+
+SUITE = Suite(
+  run=run,
+  sizes={
+    "quick": dict(),
+    "tiny": dict(
+      arms=("lstm",), replicas=(1, 2), compile_replicas=2, steps=2, repeats=1, tiny=True
+    ),
+  },
+  columns=(
+    "arm",
+    "kind",
+    "replicas",
+    "cold_init_s",
+    "cold_train_s",
+    "cold_eval_s",
+    "cold_s",
+    "cold_cpu_s",
+    "warm_s",
+    "warm_cpu_s",
+    "train_jaxpr_eqns",
+    "train_hlo_chars",
+    "step_ms",
+    "replica_step_ms",
+    "replica_step_cpu_ms",
+    "gflops",
+    "fraction_of_peak",
+    "load_avg_1m",
+  ),
+  description="the sweep engine per arm: cold / warm compile of its programs, ms per "
+  "replica-step at N replicas, achieved FLOP/s against the matmul peak",
+)

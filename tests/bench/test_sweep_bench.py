@@ -1,0 +1,51 @@
+"""The sweep suite at its tiny size: one compile row and one step row per replica count, each
+number consistent with the others; a bad argument is named before anything compiles."""
+
+import math
+
+import pytest
+
+from experiments import bench
+from jaxformer.bench import BenchError
+from jaxformer.bench import sweep as sweep_bench
+
+
+def test_sweep_suite_tiny():
+  size = sweep_bench.SUITE.sizes["tiny"]
+  rows = sweep_bench.SUITE.run(**size)
+  compile_rows = [r for r in rows if r["kind"] == "compile"]
+  steps = [r for r in rows if r["kind"] == "step"]
+  assert [r["arm"] for r in compile_rows] == list(size["arms"])
+  assert [r["replicas"] for r in steps] == list(size["replicas"])
+  (row,) = compile_rows
+  for name in ("cold", "warm"):
+    parts = [row[f"{name}_{p}_s"] for p in ("init", "train", "eval")]
+    assert all(s > 0 for s in parts)
+    assert row[f"{name}_s"] == pytest.approx(sum(parts))
+  assert row["train_jaxpr_eqns"] > 0 and row["train_hlo_chars"] > 0
+  for r in steps:
+    assert 0 < r["step_ms"] < 1e5
+    assert r["replica_step_ms"] == pytest.approx(r["step_ms"] / r["replicas"])
+    assert r["gflops"] == pytest.approx(
+      r["flops_per_replica_step"] * r["replicas"] / (r["step_ms"] / 1e3) / 1e9
+    )
+    assert r["fraction_of_peak"] == pytest.approx(r["gflops"] / r["peak_gflops"])
+    assert math.isfinite(r["fraction_of_peak"]) and r["fraction_of_peak"] > 0
+  # the FLOPs per replica-step do not depend on how many replicas share the step
+  assert len({r["flops_per_replica_step"] for r in steps}) == 1
+
+
+@pytest.mark.parametrize(
+  "overrides, field",
+  [({"arms": ("gru_lm",)}, "arms"), ({"replicas": (0,)}, "replicas"), ({"steps": 0}, "steps")],
+)
+def test_a_bad_argument_is_named(overrides, field):
+  with pytest.raises(BenchError, match=field):
+    sweep_bench.run(**overrides)
+
+
+def test_the_cli_names_a_bad_arm_and_exits_2(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    bench.main(["sweep", "--set", "arms=('gru_lm',)"])
+  assert exit_info.value.code == bench.USAGE
+  assert "gru_lm" in capsys.readouterr().err
