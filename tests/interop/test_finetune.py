@@ -3,8 +3,6 @@ with its tokenizer files starts training with the HF model's logits, its loss on
 falls, and the trained workdir samples through its tokenizer as `experiments.sample` does. No download: the model is random and
 the tokenizer is a byte-level BPE learned here, saved in GPT-2's vocab.json + merges.txt."""
 
-
-
 import jax
 import numpy as np
 import pytest
