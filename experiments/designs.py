@@ -11,7 +11,6 @@ the check.
 """
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -65,7 +64,7 @@ def register(module, registry):
 
 def modules():
   """The registered experiment modules of run_all, in its order."""
-  out = [importlib.import_module(f"experiments.{n}") for n in run_all.EXPERIMENTS]
+  out = [run_all.experiment(n) for n in run_all.EXPERIMENTS]
   return [m for m in out if protocol.registered(m)]
 
 

@@ -46,6 +46,13 @@ EXPERIMENTS = (
 SIZES = protocol.SIZES
 
 
+def experiment(name):
+  """The module of experiment `name`, one of EXPERIMENTS (nothing else is imported)."""
+  if name not in EXPERIMENTS:
+    raise ValueError(f"experiment={name!r}: expected one of {', '.join(EXPERIMENTS)}")
+  return importlib.import_module(f"experiments.{name}")
+
+
 def run_one(module, size, workdir):
   """Runs one experiment module; a crash becomes an UNRESOLVED result that names the error."""
   start = time.time()
@@ -115,7 +122,7 @@ def main(argv=None, single=None):
   results = []
   for i, name in enumerate(names, 1):
     print(f"[{i}/{len(names)}] {name} (size={args.size}) ...", flush=True)
-    module = importlib.import_module(f"experiments.{name}")
+    module = experiment(name)
     result = run_one(module, args.size, args.workdir)
     results.append(result)
     print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)

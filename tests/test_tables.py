@@ -51,7 +51,7 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   assert "**UNRESOLVED**" in row and "v1 `abababab`" in row and "3/4" in row
   assert "residual_learns: UNRESOLVED (n)" in row and "| 3 + 1 |" in row
   assert "| `positions` | not run at this size | | | | | | |" in text
-  doc = tmp_path / "doc.md"
+  doc = tmp_path / "page.markdown"
   doc.write_text(text)
   assert tables.drifted([str(doc)], results, registry) == []
   _file(tmp_path, [_entry("SUPPORTED")])  # the file changes; the table does not

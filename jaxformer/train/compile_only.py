@@ -173,7 +173,7 @@ def compile_run(config, target_spec, programs=PROGRAMS, sizes=None):
   (a JSON-able dict; see the module docstring). sizes: (seq_len, vocab_size) of the batches,
   default the task's. Raises ConfigError / MeshError for a config or target that cannot work,
   DoesNotFit when the target's compiler refuses a program for memory."""
-  program_lib.check_config(config)
+  program_lib.check_config(config, model_on_host=False)
   tgt = target(target_spec) if isinstance(target_spec, str) else target_spec
   mesh = sharding.make_mesh(config.mesh_shape, tgt.devices, dcn_shape=config.dcn_mesh_shape)
   dp = sharding.data_parallel_size(mesh)

@@ -18,8 +18,11 @@ from jaxformer.train import optimizer, sharding, step
 SIZED_FIELDS = ("max_len", "vocab_size")  # model fields that None takes from the task
 
 
-def check_config(config):
+def check_config(config, model_on_host=True):
   """Raises ConfigError naming the first training field that cannot work (model included).
+
+  model_on_host=False (a compile for another device: jaxformer.train.compile_only) leaves the
+  model's arrays out of this machine's memory bound; the device's own check judges them.
 
   model.vocab_size and model.max_len may be None (taken from the task by `resolve`); every
   other model field is checked here, before any data is read.
@@ -53,7 +56,7 @@ def check_config(config):
       f"task seq_len={seq_len} > model.max_len={c.model.max_len}: raise model.max_len or "
       "shorten the task (or leave model.max_len unset to take the task's)"
     )
-  check_sizes(c, name, params)
+  check_sizes(c, name, params, model_on_host=model_on_host)
 
 
 def memory_bytes():
@@ -61,7 +64,7 @@ def memory_bytes():
   return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_sizes(config, task_name, task_params, memory=None):
+def check_sizes(config, task_name, task_params, memory=None, model_on_host=True):
   """ConfigError naming the field whose arrays alone would not fit in this machine's memory
   (float32 bytes, a lower bound on what training allocates), before any of them is built:
   a huge max_len, vocabulary or task otherwise ends in a MemoryError or an OOM kill."""
@@ -83,6 +86,8 @@ def check_sizes(config, task_name, task_params, memory=None):
     ("model.vocab_size", m.vocab_size, (m.vocab_size or 0) * width * 4 * 3, "the embedding"),
     (f"task {task_name}.seq_len", seq_len, examples * seq_len * 3 * 4, "the prepared examples"),
   ]
+  if not model_on_host:  # only the prepared examples live in this machine's memory
+    asks = asks[-1:]
   for field, value, need, what in asks:
     if need > memory:
       raise ladder.ConfigError(

@@ -150,3 +150,15 @@ def test_damaged_gpt2_files_are_one_line_naming_the_file(tmp_path):
     gpt2.load(str(tmp_path))
   assert str(e.value).startswith(f"{weights}: not a readable safetensors file (")
   assert str(e.value).endswith("download it again") and "\n" not in str(e.value)
+
+
+def test_a_compile_for_another_device_leaves_the_model_out_of_the_host_bound():
+  # a 24 GiB embedding is the device's to judge (jaxformer.train.compile_only), not the host's
+  c = tiny_config("softmax")
+  _, params = data.parse_spec(c.task)
+  with c.unlocked():
+    c.model.vocab_size = 2**20
+    c.model.d_model = 2048
+  with pytest.raises(ladder.ConfigError, match="model.vocab_size=1048576"):
+    program_lib.check_sizes(c, "mqar", params, memory=2**30)
+  program_lib.check_sizes(c, "mqar", params, memory=2**30, model_on_host=False)
