@@ -305,7 +305,16 @@ def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("colab_data"))
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+# Executing a notebook costs 10-25 s of CPU each: `make test` executes the tour and the
+# sharding notebook (the one that calls the most training internals); `make test-slow` runs all.
+EXECUTED_IN_MAKE_TEST = ("00_tour", "07_sharding")
+EXECUTIONS = [
+  pytest.param(n, marks=() if n in EXECUTED_IN_MAKE_TEST else pytest.mark.slow)
+  for n in sorted(CASES)
+]
+
+
+@pytest.mark.parametrize("name", EXECUTIONS)
 def test_executes(name, data_dir):
   overrides, probe, check = CASES[name]
   nb = _read(name)

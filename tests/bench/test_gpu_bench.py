@@ -9,6 +9,7 @@ import sys
 
 import jax
 import jaxlib
+import pytest
 
 from experiments import gpu_bench
 
@@ -22,6 +23,7 @@ def _script(*args, timeout=600):
   )
 
 
+@pytest.mark.slow  # every suite of the GPU script at its dry-run size: `make test-slow`
 def test_dry_run_measures_every_suite_and_records_the_machine(tmp_path):
   done = _script("--dry-run", str(tmp_path / "out"))
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

@@ -27,6 +27,7 @@ def test_train_suite_tiny(monkeypatch):
   assert r["flops_per_step"] == want * r["batch"] * seq_len
 
 
+@pytest.mark.slow  # the train suite on a data-parallel mesh: `make test-slow`
 def test_train_suite_data_parallel_takes_the_same_step(monkeypatch):
   """Split over 2 devices, the batch gives the single-device loss: the gradients are
   all-reduced, not averaged per device and lost."""
@@ -37,6 +38,7 @@ def test_train_suite_data_parallel_takes_the_same_step(monkeypatch):
   assert math.isfinite(two["mfu"]) and two["peak_flops"] > 0
 
 
+@pytest.mark.slow  # the train suite in bfloat16 with scanned layers: `make test-slow`
 def test_bfloat16_and_scanned_layers_run_on_cpu(monkeypatch):
   """dtype=bfloat16 (fp32 params) and scan_layers with remat train on a CPU; the MFU peak
   stays the measured float32 one (the CPU convention)."""

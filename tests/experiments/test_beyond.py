@@ -189,6 +189,7 @@ def test_last_slope_is_the_growth_exponent():
   assert beyond.last_slope([512, 1024, 2048], [3.0, 5.0, 10.0]) == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_benchmarks_and_trains_over_seeds(tmp_path):
   """The needle part for real (the capacity part's arms, verdict and plot are tested above
   on synthetic numbers: two more 2-layer models would double this test's cost)."""

@@ -169,6 +169,7 @@ def test_measured_cache_matches_formula_on_an_untrained_model(scorer):
   assert jax.tree.leaves(params)
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_every_scorer_over_seeds(tmp_path):
   config = cache.get_config("tiny")
   result = protocol.run(cache, config, str(tmp_path), "tiny", log=lambda text: None)

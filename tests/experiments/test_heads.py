@@ -101,6 +101,7 @@ def test_a_grid_that_cannot_read_the_claims_is_refused(field, value):
     heads.arms(config)
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_measures_value_caches_of_the_trained_models(tmp_path):
   config = heads.get_config("tiny")
   result = protocol.run(heads, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -152,6 +152,7 @@ def test_the_contour_surfaces_stay_an_illustration():
   assert 0.05 < shares["tanh(x1 + x3)"] < 0.3  # mostly a sum: saturation adds a little
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_measures_the_trained_scorers(tmp_path):
   config = interaction.get_config("tiny")
   result = protocol.run(interaction, config, str(tmp_path), "tiny", log=lambda text: None)

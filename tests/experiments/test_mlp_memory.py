@@ -163,6 +163,7 @@ def test_a_grid_without_f_equal_d_is_refused():
     mlp_memory.arms(config)
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
   config = mlp_memory.get_config("tiny")
   result = protocol.run(mlp_memory, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -199,6 +199,7 @@ def test_a_grid_that_cannot_read_the_claims_is_refused(field, value):
     normalization.arms(config)
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_every_arm_over_seeds(tmp_path):
   config = normalization.get_config("tiny")
   result = protocol.run(normalization, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -133,6 +133,7 @@ def test_the_spec_example_stays_an_illustration():
   assert critical_path(4, 2, recurrent=True) == 5 and critical_path(4, 2, recurrent=False) == 2
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_measures_the_real_programs(tmp_path):
   config = parallelism.get_config("tiny")
   result = protocol.run(parallelism, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -125,6 +125,7 @@ def test_matched_heads_are_the_most_that_fit():
     assert param_explosion.closed_form("matrix_sum", 16, 4, heads + 1) > budget
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_every_form_at_matched_counts(tmp_path):
   config = _config("tiny")
   result = protocol.run(param_explosion, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -75,6 +75,7 @@ def test_a_model_that_did_not_learn_what_to_copy_makes_it_inconclusive(raw, pass
   assert controls == [passes] and verdict == ("SUPPORTED" if passes else "INCONCLUSIVE")
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_every_table(tmp_path):
   config = positions.get_config("tiny")
   result = protocol.run(positions, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -80,6 +80,7 @@ def test_the_deepest_depth_is_judged_at_full_size():
   assert _verdict(config, no_skip__8=0.8)[1] == [True, False]
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_both_wirings(tmp_path):
   config = skips.get_config("tiny")
   result = protocol.run(skips, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -128,6 +128,7 @@ def test_one_seed_off_is_unresolved_and_a_missing_seed_fails():
   assert [c.passed for c in symmetry.criteria(metrics, config)][0] is False
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_measures_the_trained_and_untrained_models(tmp_path):
   config = symmetry.get_config("tiny")
   result = protocol.run(symmetry, config, str(tmp_path), "tiny", log=lambda text: None)

@@ -259,7 +259,14 @@ def _call(entry, given, ctx, model):
   raise AssertionError(entry)
 
 
-@pytest.mark.parametrize("entry,case,given,field,code", CATALOGUE, ids=[_id(r) for r in CATALOGUE])
+# The command-line rows start a process each (after training the workdir they read): ~2 CPU
+# minutes in all, so they run with `make test-slow`; the API rows run in `make test`.
+ROWS = [
+  pytest.param(*r, id=_id(r), marks=pytest.mark.slow if r[0] in CLI else ()) for r in CATALOGUE
+]
+
+
+@pytest.mark.parametrize("entry,case,given,field,code", ROWS)
 def test_bad_input_fails_with_one_line_naming_the_field(
   entry, case, given, field, code, request, ctx
 ):

@@ -96,6 +96,7 @@ def test_two_processes_match_one_process(single, data_dir, tmp_path):
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["2", "4"]
 
 
+@pytest.mark.slow  # two more processes on the hybrid layout: `make test-slow`
 def test_tensor_axis_across_processes_matches_one_process(single, data_dir, tmp_path):
   # mesh (data=2, fsdp=1, tensor=2) with the tensor axis spanning the 2 processes (the hybrid
   # layout, each process a slice): each process's devices hold both batch shards

@@ -49,6 +49,7 @@ def _cli(module, workdir, data_dir, *flags):
   )
 
 
+@pytest.mark.slow  # the text preset end to end: `make test-slow`
 def test_text_preset_trains_and_samples_its_text(text_run):
   workdir, data_dir, stdout = text_run
   assert "completed at step 60" in stdout
