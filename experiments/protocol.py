@@ -348,25 +348,17 @@ def design(module, size):
   )
 
 
+def _git(*args):
+  return subprocess.run(
+    ["git", *args], cwd=harness.REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+  ).stdout.strip()
+
+
 def commit():
   """The repository's commit (with '-dirty' when tracked files changed), or 'unknown'."""
   try:
-    head = subprocess.run(
-      ["git", "rev-parse", "--short=12", "HEAD"],
-      cwd=harness.REPO_ROOT,
-      capture_output=True,
-      text=True,
-      timeout=10,
-      check=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-      ["git", "status", "--porcelain", "--untracked-files=no"],
-      cwd=harness.REPO_ROOT,
-      capture_output=True,
-      text=True,
-      timeout=10,
-      check=True,
-    ).stdout.strip()
+    head = _git("rev-parse", "--short=12", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
   except (OSError, subprocess.SubprocessError):
     return "unknown"
   return head + ("-dirty" if dirty else "")
