@@ -262,15 +262,32 @@ class _QuietOrbaxErrors(logging.Filter):
 _QUIET = _QuietOrbaxErrors()
 
 
+class _QuietOrbaxTasks(logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved" record for an Orbax write task of a
+  failed save: when several writes fail, the ones Orbax did not await are logged by asyncio
+  at some later moment, through the `asyncio` logger rather than Orbax's."""
+
+  def filter(self, record):
+    message = record.getMessage()
+    return not (
+      "Task exception was never retrieved" in message and f"{os.sep}orbax{os.sep}" in message
+    )
+
+
+_QUIET_TASKS = _QuietOrbaxTasks()
+
+
 def quiet_orbax_errors(enabled=True) -> None:
   """Keeps Orbax's error logs and tracebacks of a failed save off stderr (the CLI's default;
   `--debug` leaves them)."""
-  logger = absl_logging.get_absl_logger()
+  logger, tasks = absl_logging.get_absl_logger(), logging.getLogger("asyncio")
   if enabled:
     logger.addFilter(_QUIET)
+    tasks.addFilter(_QUIET_TASKS)
     _silence_orbax_leftovers()
   else:
     logger.removeFilter(_QUIET)
+    tasks.removeFilter(_QUIET_TASKS)
 
 
 class _BadStep(Exception):
