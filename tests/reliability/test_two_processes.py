@@ -5,18 +5,15 @@ preparing the data stops both processes with the same one line (the other used t
 later with a gloo DEADLINE_EXCEEDED traceback).
 """
 
-import json
 import os
 import signal
-import socket
-import subprocess
 import time
 
 import numpy as np
 import pytest
 
 from tests.reliability import helpers as h
-from tests.train.train_helpers import REPO, env, main_command
+from tests.train.train_helpers import main_command, start_two_processes
 
 STEPS = 60  # SIGTERM lands at step 1's record; the processes agree on a stop a few steps on
 ARGS = (
@@ -26,16 +23,9 @@ ARGS = (
 )
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _start_two(cmd, data_dir, cache_dir=None):
   """Processes 0 and 1 of `cmd`; a shared compilation cache makes the second pair compile
   nothing (the two processes compile the same programs)."""
-  port = _free_port()
   cache = (
     {}
     if cache_dir is None
@@ -45,24 +35,7 @@ def _start_two(cmd, data_dir, cache_dir=None):
       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": 0,
     }
   )
-  return [
-    subprocess.Popen(
-      cmd,
-      env=env(
-        data_dir,
-        devices=2,
-        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-        JAX_NUM_PROCESSES=2,
-        JAX_INITIALIZATION_TIMEOUT=120,
-        **(cache | {"JAX_PROCESS_ID": i}),
-      ),
-      cwd=REPO,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-    )
-    for i in range(2)
-  ]
+  return start_two_processes(cmd, data_dir, init_timeout=120, **cache)
 
 
 def _finish_all(workers):
@@ -72,11 +45,6 @@ def _finish_all(workers):
     for w in workers:
       if w.poll() is None:
         w.kill()
-
-
-def _losses(workdir):
-  records = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-  return [(r["step"], r["loss"]) for r in records if "loss" in r]
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +78,7 @@ def test_sigterm_to_one_process_then_a_two_process_resume_gives_the_single_run(d
   ref_code, _, ref_err = h.finish(reference)
   assert ref_code == 0, ref_err[-3000:]
   assert f"completed at step {STEPS}" in out0 and f"resumed at step {stopped}" in out0
-  got, want = _losses(workdir), _losses(single)
+  got, want = h.losses(workdir), h.losses(single)
   assert [s for s, _ in got] == list(range(1, STEPS + 1))
   np.testing.assert_allclose([x for _, x in got], [x for _, x in want], rtol=1e-5)
 

@@ -5,22 +5,14 @@ same rows). Replicas of a batch shard fed different rows are reported."""
 
 import json
 import re
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.train.train_helpers import REPO, env, main_command, run
+from tests.train.train_helpers import main_command, run, start_two_processes
 
 ARGS = ("--config.total_steps=4", "--config.eval_every=4", "--config.checkpoint_every=2")
-
-
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def _losses(workdir):
@@ -30,25 +22,7 @@ def _losses(workdir):
 
 def _two_processes(cmd, data_dir, timeout=300):
   """Runs `cmd` as processes 0 and 1 of 2 (2 CPU devices each); [(returncode, out, err)]."""
-  port = _free_port()
-  workers = [
-    subprocess.Popen(
-      cmd,
-      env=env(
-        data_dir,
-        devices=2,
-        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-        JAX_NUM_PROCESSES=2,
-        JAX_PROCESS_ID=i,
-        JAX_INITIALIZATION_TIMEOUT=60,
-      ),
-      cwd=REPO,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-    )
-    for i in range(2)
-  ]
+  workers = start_two_processes(cmd, data_dir)
   outputs = []
   try:
     for w in workers:

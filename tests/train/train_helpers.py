@@ -3,6 +3,7 @@ fake object store."""
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 
@@ -64,6 +65,37 @@ def env(data_dir, devices=1, **extra):
     **{k: str(v) for k, v in extra.items()},
   )
   return out
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def start_two_processes(cmd, data_dir, init_timeout=60, **env_extra):
+  """Processes 0 and 1 of 2 running `cmd` (jax.distributed on localhost, 2 CPU devices
+  each), their stdout and stderr piped; the caller waits for them."""
+  port = free_port()
+  return [
+    subprocess.Popen(
+      cmd,
+      env=env(
+        data_dir,
+        devices=2,
+        JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+        JAX_NUM_PROCESSES=2,
+        JAX_PROCESS_ID=i,
+        JAX_INITIALIZATION_TIMEOUT=init_timeout,
+        **env_extra,
+      ),
+      cwd=REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
 
 
 def run(cmd, data_dir, timeout=300, cwd=REPO, **env_extra):
