@@ -19,6 +19,7 @@ pre-activations (units), or those times a random matrix (random directions).
 """
 
 import collections
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -69,26 +70,29 @@ def ablation_drops(model, params, inputs_NL, layer, seq_FK, pos_FK, promoted_F, 
   token promoted_F[f] at f's top contexts (the mean over them of logit before - after, each
   context its own sequence up to the position; nothing else changes). ablate_F = range(F)
   reads each unit's own ablation (the causal test of its value vector); another unit per f
-  is the control. One compiled program for every unit: the unit index is traced."""
+  is the control. One compiled program per model and context count: the unit is traced."""
   inputs_NL, seq_FK, pos_FK = (np.asarray(a) for a in (inputs_NL, seq_FK, pos_FK))
   name = f"layers_{layer}/ffn/mlp_post"
-  variables = {"params": params}
-
-  @jax.jit
-  def drop(unit, tokens_KL, pos_K, token):
-    before = model.apply(variables, tokens_KL)
-    after = interventions.run_with_interventions(
-      model, variables, tokens_KL, {name: lambda h_BLF: h_BLF.at[..., unit].set(0)}
-    )
-    rows = jnp.arange(tokens_KL.shape[0])
-    return jnp.mean(before[rows, pos_K, token] - after[rows, pos_K, token])
-
   return np.array(
     [
-      float(drop(int(unit), inputs_NL[seq_FK[f]], pos_FK[f], int(promoted_F[f])))
+      float(
+        _drop(model, name, params, int(unit), inputs_NL[seq_FK[f]], pos_FK[f], int(promoted_F[f]))
+      )
       for f, unit in enumerate(ablate_F)
     ]
   )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _drop(model, name, params, unit, tokens_KL, pos_K, token):
+  """Mean over the K contexts of token's logit at pos_K, before - after zeroing `unit`."""
+  variables = {"params": params}
+  before = model.apply(variables, tokens_KL)
+  after = interventions.run_with_interventions(
+    model, variables, tokens_KL, {name: lambda h_BLF: h_BLF.at[..., unit].set(0)}
+  )
+  rows = jnp.arange(tokens_KL.shape[0])
+  return jnp.mean(before[rows, pos_K, token] - after[rows, pos_K, token])
 
 
 def random_directions(rng, rows, cols):
