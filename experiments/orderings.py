@@ -74,6 +74,13 @@ def _gap(metrics, reference, row, setting):
   return [a - b for a, b in zip(ref, acc, strict=True)]
 
 
+def _gap_change(metrics, reference, a, b):
+  """Per seed: the gap to the reference of (row, setting) `a` - that of `b`."""
+  return [
+    x - y for x, y in zip(_gap(metrics, reference, *a), _gap(metrics, reference, *b), strict=True)
+  ]
+
+
 def _reference_learned(controls, setting):
   control = controls.get(setting)
   return control is None or control.passed
@@ -165,12 +172,7 @@ def fixed_state_falls_behind(metrics, sweeps, reference, fixed_slope, controls=N
     if not (_reference_learned(controls or {}, easy) and _reference_learned(controls or {}, hard)):
       out.append(_unresolved(description, name, "the reference did not learn both tasks"))
       continue
-    grows = [
-      h - e
-      for h, e in zip(
-        _gap(metrics, reference, row, hard), _gap(metrics, reference, row, easy), strict=True
-      )
-    ]
+    grows = _gap_change(metrics, reference, (row, hard), (row, easy))
     out.append(
       report.mean_above(description, grows, 0.0, name=name, reads=[(row, easy), (row, hard)])
     )
@@ -191,12 +193,7 @@ def gap_shrinks_with_state(metrics, sweeps, reference, fixed_slope, controls=Non
     if not _reference_learned(controls or {}, hard):
       out.append(_unresolved(description, name, "the reference did not learn the task"))
       continue
-    shrinks = [
-      s - g
-      for s, g in zip(
-        _gap(metrics, reference, small, hard), _gap(metrics, reference, large, hard), strict=True
-      )
-    ]
+    shrinks = _gap_change(metrics, reference, (small, hard), (large, hard))
     out.append(
       report.mean_above(description, shrinks, 0.0, name=name, reads=[(small, hard), (large, hard)])
     )
