@@ -240,7 +240,8 @@ class Result:
   table: list = dataclasses.field(default_factory=list)  # rows: dicts with the same keys
   tables: list = dataclasses.field(default_factory=list)  # more: (title, rows) each
   plots: list = dataclasses.field(default_factory=list)  # file names beside the report
-  seconds: float = 0.0
+  seconds: float = 0.0  # wall
+  cpu_seconds: float = 0.0  # CPU time of the process that ran it (every thread), for loaded boxes
   crashed: bool = False  # set when the experiment raised instead of measuring
   controls: list = dataclasses.field(default_factory=list)  # Criterion: the comparison is fair
   size: str = ""
@@ -318,6 +319,7 @@ class Result:
       "plateau": _jsonable(self.plateau),
       "runs": _jsonable(self.runs),
       "seconds": round(self.seconds, 2),
+      "cpu_seconds": round(self.cpu_seconds, 2),
     }
 
 

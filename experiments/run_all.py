@@ -60,7 +60,7 @@ def experiment(name):
 
 def run_one(module, size, workdir):
   """Runs one experiment module; a crash becomes an UNRESOLVED result that names the error."""
-  start = time.time()
+  start, cpu = time.time(), time.process_time()
   try:
     config = module.get_config(size)
     result = protocol.run(module, config, workdir, size)
@@ -68,6 +68,7 @@ def run_one(module, size, workdir):
     traceback.print_exc()
     result = crashed(module, size, e)
   result.seconds = time.time() - start
+  result.cpu_seconds = time.process_time() - cpu
   result.size = size
   return result
 
@@ -220,7 +221,8 @@ def main(argv=None, single=None):
     def finished(name, result):
       results.append(result)
       print(
-        f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s",
+        f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
+        f"({result.cpu_seconds:.0f} CPU s)",
         flush=True,
       )
       report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
@@ -232,12 +234,16 @@ def main(argv=None, single=None):
       print(f"[{i}/{len(names)}] {name} (size={args.size}) ...", flush=True)
       result = run_one(experiment(name), args.size, args.workdir)
       results.append(result)
-      print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)
+      print(
+        f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
+        f"({result.cpu_seconds:.0f} CPU s)",
+        flush=True,
+      )
       report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
   path = report.write(results, args.workdir)
   print(
     f"\n{report.tally(results)}: {sum(r.seconds for r in results):.0f} s of experiments"
-    f" in {time.time() - start:.0f} s wall"
+    f" ({sum(r.cpu_seconds for r in results):.0f} CPU s) in {time.time() - start:.0f} s wall"
   )
   for r in results:
     why = r.why()

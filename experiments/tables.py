@@ -93,7 +93,7 @@ def rows(size, results=RESULTS, registry=None):
   for name in run_all.EXPERIMENTS:
     entry = load(name, size, results)
     if entry is None:
-      out.append(f"| `{name}` | not run at this size | | | | | | |")
+      out.append(f"| `{name}` | not run at this size | | | | | | | |")
       continue
     d = entry.get("design") or {}
     versions = registry.get(name, {})
@@ -110,7 +110,7 @@ def rows(size, results=RESULTS, registry=None):
     out.append(
       f"| `{name}` | **{entry['verdict']}** | {design} | {entry.get('commit', '')} "
       f"{entry.get('date', '')} | {seeds} | {_plateau(entry)} | {_rests_on(entry)} "
-      f"| {entry.get('seconds', '')} |"
+      f"| {entry.get('seconds', '')} | {entry.get('cpu_seconds', '')} |"
     )
   return out
 
@@ -118,8 +118,8 @@ def rows(size, results=RESULTS, registry=None):
 def table(size, results=RESULTS, registry=None):
   header = [
     "| experiment | verdict | design | commit, date (UTC) | seeds: confirmatory + exploratory "
-    "| plateau (replicas finished) | what the verdict rests on | wall s |",
-    "|---|---|---|---|---|---|---|---:|",
+    "| plateau (replicas finished) | what the verdict rests on | wall s | CPU s |",
+    "|---|---|---|---|---|---|---|---:|---:|",
   ]
   return "\n".join(header + rows(size, results, registry)) + "\n"
 

@@ -139,5 +139,6 @@ def test_two_experiments_in_two_worker_processes(tmp_path, capfd):
   assert sorted(got) == ["fixed_memory", "heads"]
   assert [r.experiment for r in results] == ["declared_stub", "heads"]
   assert results[0].verdict == "SUPPORTED" and results[0].size == "tiny"
+  assert 0 < results[0].cpu_seconds  # the worker's own CPU time, every thread
   assert results[1].crashed and "No module named" in results[1].metrics["error"]
   assert "fixed_memory| declared stub measured" in capfd.readouterr().out
