@@ -12,13 +12,12 @@ latency(2048) <= 1.3 x latency(64), and cached >= 10x faster than recompute at P
 """
 
 import functools
-import statistics
-import time
 
 import jax
 
 from jaxformer import decode, ladder
 from jaxformer.bench import BenchError, Suite, check_choice, check_positive
+from jaxformer.train import metrics
 
 POSITIONS = (64, 256, 1024, 2048)
 CHUNK = 64  # prefill in chunks of this many tokens: one compiled prefill for every P
@@ -41,13 +40,8 @@ def model_config(size, max_len):
 
 def _best_of(fn, repeats):
   """(best wall seconds, median process CPU seconds) of `repeats` calls of fn()."""
-  walls, cpus = [], []
-  for _ in range(repeats):
-    wall, cpu = time.perf_counter(), time.process_time()
-    jax.block_until_ready(fn())
-    walls.append(time.perf_counter() - wall)
-    cpus.append(time.process_time() - cpu)
-  return min(walls), statistics.median(cpus)
+  timed = metrics.time_calls(fn, repeats)
+  return timed.best, timed.median_cpu
 
 
 def run(model_size="gpt_small", positions=POSITIONS, repeats=10, batch=1):

@@ -49,6 +49,22 @@ def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monke
   assert len(program_lib._PROGRAMS) == 1
 
 
+def test_one_program_cache_key_recipe_and_eviction(data_dir):
+  a, b = _config(data_dir), _config(data_dir)
+  fields = ("learning_rate", "total_steps")
+  assert program_lib.cache_key(a, fields, (8, 16)) == program_lib.cache_key(b, fields, (8, 16))
+  with b.unlocked():
+    b.model.d_model = 16
+  assert program_lib.cache_key(a, fields, (8, 16)) != program_lib.cache_key(b, fields, (8, 16))
+  b = _config(data_dir, learning_rate=0.5)
+  assert program_lib.cache_key(a, fields, 1) != program_lib.cache_key(b, fields, 1)
+  assert program_lib.cache_key(a, ("seed",), 1) == program_lib.cache_key(b, ("seed",), 1)
+  cache = {}
+  for key in "abc":
+    assert program_lib.remember(cache, key, key.upper(), max_entries=2) == key.upper()
+  assert cache == {"b": "B", "c": "C"}  # the oldest went first
+
+
 def test_measured_peak_on_a_multi_device_mesh(data_dir, monkeypatch):
   """Without a configured peak the loop measures one device's matmul, before it enters the
   8-device mesh (inside it, jit refuses a single-device matmul)."""

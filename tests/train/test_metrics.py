@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +69,15 @@ def test_peak_convention_vendor_on_accelerators_measured_on_cpu(monkeypatch):
   assert metrics.device_peak(_Device("cpu", "cpu"), "float32") == (1.5e11, "measured")
   assert metrics.device_peak(_Device("cpu", "cpu"), "bfloat16") == (1.5e11, "measured")
   assert metrics.device_peak(_Device("gpu", "Some Future GPU"), "bfloat16") == (1.5e11, "measured")
+
+
+def test_time_calls_times_each_loop_after_an_optional_warm_up():
+  calls = []
+  timed = metrics.time_calls(lambda: calls.append(1) or time.sleep(0.02), 3, calls=2, warmup=True)
+  assert len(calls) == 1 + 3 * 2  # the warm-up, then 3 loops of 2
+  assert len(timed.wall) == len(timed.cpu) == 3 and min(timed.wall) >= 0.02
+  assert timed.best == min(timed.wall) <= timed.median and timed.best_cpu <= timed.median_cpu
+  assert timed.median_cpu < 0.01  # sleeping costs no CPU time: the clocks are not one
 
 
 def test_measure_matmul_peak_is_positive_and_cached():
