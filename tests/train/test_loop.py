@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxformer.train import checkpoint, loop, step
+from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from tests.train.train_helpers import tiny_config
@@ -103,6 +104,48 @@ def test_nonfinite_stops_naming_the_step_and_keeps_last_good_checkpoint(data_dir
   assert checkpoint.Checkpointer(tmp_path / "checkpoints").all_steps() == [1]
   records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in records] == [1]
+
+
+class _Recorder(loop.Hooks):
+  def __init__(self):
+    self.seen = []
+
+  def __getattribute__(self, name):
+    method = super().__getattribute__(name)
+    if name.startswith("_") or not callable(method):
+      return method
+
+    def record(step_or_batch, *args):
+      step = args[0] if name == "batch" else step_or_batch
+      self.seen.append(f"{name} {step}")
+      return method(step_or_batch, *args)
+
+    return record
+
+
+def test_hooks_see_every_point_in_order(data_dir, tmp_path):
+  hooks = _Recorder()
+  loop.train(_config(data_dir, eval_every=3, checkpoint_every=4), str(tmp_path), hooks=hooks)
+  steps = [[f"batch {s}", f"stepped {s}"] for s in range(1, 7)]
+  assert hooks.seen == [
+    "started 0",
+    *steps[0],
+    *steps[1],
+    *steps[2],
+    "evaluated 3",
+    *steps[3],
+    "saving 4",
+    "saved 4",
+    *steps[4],
+    *steps[5],
+    "evaluated 6",
+  ]
+
+
+def test_faults_are_hooks():
+  points = {n for n in vars(loop.Hooks) if not n.startswith("_")}
+  missing = [n for n in points if vars(faults_lib.Faults).get(n) is None]
+  assert points and not missing, missing
 
 
 def test_skip_nonfinite_counts_and_skips(data_dir):
