@@ -275,6 +275,8 @@ def _summary_writer():
   tensorboardX imports torch when it is installed (only to accept torch tensors; we pass
   floats), which is the slowest import of a training process (~2 s of a ~4 s start on a
   2-core CPU). Hiding torch during that import skips it; torch stays importable afterwards.
+  There is no public switch for this; tests/train/test_metrics.py fails when tensorboardX
+  stops trying torch at import (then this can go) or when hiding it stops working.
   """
   hide = "torch" not in sys.modules
   if hide:

@@ -3,6 +3,8 @@
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 
 import jax
@@ -84,6 +86,40 @@ def test_measure_matmul_peak_is_positive_and_cached():
   peak = metrics.measure_matmul_peak(256, repeats=2)
   assert 1e6 < peak < 1e16
   assert metrics.measure_matmul_peak(256, repeats=2) == peak  # cached: measured once
+
+
+HIDDEN_TORCH = """
+import importlib.abc, importlib.util, json, sys
+from jaxformer.train import metrics
+metrics._summary_writer()
+out = {"kept_out": "torch" not in sys.modules}
+out["importable"] = importlib.util.find_spec("torch") is not None
+tried = []
+class Refuse(importlib.abc.MetaPathFinder):  # records the attempt, imports nothing
+  def find_spec(self, name, path=None, target=None):
+    if name == "torch":
+      tried.append(name)
+      raise ImportError(name)
+for name in [m for m in sys.modules if m.split(".")[0] == "tensorboardX"]:
+  del sys.modules[name]
+sys.meta_path.insert(0, Refuse())
+import tensorboardX
+out["tensorboardx_tries_torch"] = bool(tried)
+print(json.dumps(out))
+"""
+
+
+def test_summary_writer_keeps_torch_out_which_tensorboardx_still_imports():
+  """metrics._summary_writer hides torch while tensorboardX imports: this fails when that
+  stops working, or when tensorboardX no longer tries torch at import (the hiding can go)."""
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = {**os.environ, "PYTHONPATH": repo}
+  done = subprocess.run(
+    [sys.executable, "-c", HIDDEN_TORCH], capture_output=True, text=True, timeout=300, env=env
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  out = json.loads(done.stdout.strip().splitlines()[-1])
+  assert out == {"kept_out": True, "importable": True, "tensorboardx_tries_torch": True}
 
 
 def test_writer_appends_jsonl_and_tensorboard(tmp_path):
