@@ -23,8 +23,6 @@ import json
 import os
 import sys
 
-from absl import flags
-
 from experiments import cli
 from jaxformer import compile_cache, ladder
 from jaxformer.bench import (
@@ -95,8 +93,7 @@ def resolve(name, size=None, overrides=None):
 
 
 def _define(values, argv):
-  def define(kind, name, default, help_string, *args):
-    getattr(flags, f"DEFINE_{kind}")(name, default, *args, help_string, flag_values=values)
+  define = cli.definer(values)
 
   define("string", "size", None, "A preset of the suite (default: its first).")
   define("list", "lengths", None, "Comma-separated sequence lengths.")

@@ -105,6 +105,16 @@ def command_line(doc, define, argv=None):
   return values, rest[1:]
 
 
+def definer(values):
+  """define(kind, name, default, help_string, *args): flags.DEFINE_<kind>(name, default, *args,
+  help_string) on `values` (args: an enum's choices)."""
+
+  def define(kind, name, default, help_string, *args):
+    getattr(flags, f"DEFINE_{kind}")(name, default, *args, help_string, flag_values=values)
+
+  return define
+
+
 def flag_help(values, modules=None):
   """The help of every flag defined on `values` by `modules` (default: all but absl's own)."""
   if modules is None:

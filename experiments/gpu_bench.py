@@ -24,8 +24,6 @@ import subprocess
 import sys
 import time
 
-from absl import flags
-
 from experiments import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,8 +236,7 @@ def compile_only_run(out_dir, target, dry_run=False):
 
 
 def _define(values, argv):
-  def define(kind, name, default, help_string):
-    getattr(flags, f"DEFINE_{kind}")(name, default, help_string, flag_values=values)
+  define = cli.definer(values)
 
   define("bool", "dry-run", False, "Tiny sizes on any backend (no backend assertion).")
   define("string", "command", None, "The command line to record (the shell script's).")

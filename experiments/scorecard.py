@@ -73,7 +73,6 @@ import time
 
 import ml_collections
 import numpy as np
-from absl import flags
 
 from experiments import cli, harness, protocol, report
 from jaxformer import ladder, mixers
@@ -664,8 +663,7 @@ def _task_states(config, cands):
 
 
 def _define(values, argv):
-  def define(kind, name, default, help_string, *args):
-    getattr(flags, f"DEFINE_{kind}")(name, default, *args, help_string, flag_values=values)
+  define = cli.definer(values)
 
   define("string", "mixer_class", None, "'package.module:Class' or 'path/to/file.py:Class'.")
   define("enum", "size", "quick", "tiny (tests), quick, full, accel.", protocol.SIZES)
