@@ -15,7 +15,9 @@ Control (else INCONCLUSIVE): the model without positions learns which tokens to 
 accuracy >= INFORMED / c (c data tokens: a guess among them scores 1/c; the task's chance,
 1 / (V - 2), is a guess among all data ids), every seed. Claim, every seed: learned and
 sinusoidal positions reach adjusted accuracy >= RECALLS; without positions the model stays
-<= FAILS.
+<= FAILS. Falsification arm: the model without positions as an encoder (mask
+'bidirectional'), where the article's set argument holds exactly, read by the copy criterion:
+it must be REFUTED, else the criterion cannot tell (INCONCLUSIVE).
 
   python -m experiments.positions --workdir runs/positions                 # quick
   python -m experiments.positions --size full --workdir runs/positions_full
@@ -45,6 +47,7 @@ CLAIM = (
   "tokens as a set); learned and sinusoidal positions merged into the inputs both let it."
 )
 POSITIONS = ("none", "learned", "sinusoidal")
+BIDIRECTIONAL = "bidirectional_none"  # the falsification arm: an encoder without positions
 
 # The criterion, stated from the claim before any result was seen (adjusted accuracy: 0 is
 # a guess among the V - 2 data ids, 1 perfect).
@@ -53,7 +56,7 @@ FAILS = 0.5  # none: adjusted accuracy <= this, every seed
 INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 1
+VERSION = 2
 SPECS = (
   protocol.Spec(
     "none_learns_which_tokens",
@@ -77,12 +80,11 @@ SPECS = (
 )
 FALSIFICATION = (
   protocol.Falsification(
-    "bidirectional_none",
+    BIDIRECTIONAL,
     "positions_copy",
-    "a non-causal encoder without positions, where the set argument holds: the copy "
-    "criterion must reject it. Proposed: the ladder has no non-causal mask yet (issue 25 "
-    "item 4)",
-    trained=False,
+    "an encoder (mask='bidirectional') without positions, where the set argument holds "
+    "exactly: each receiver sees its own token and the set of all tokens, so it cannot tell "
+    "which one comes next. The copy criterion must reject it",
   ),
 )
 
@@ -141,6 +143,10 @@ def arms(config):
     for name in POSITIONS:
       fields = harness.model_fields(config, num_heads=1, d_ff=4 * config.d_model, positions=name)
       out.append(protocol.Arm(name, setting(copy_len), "transformer", task, fields))
+    fields = harness.model_fields(
+      config, num_heads=1, d_ff=4 * config.d_model, positions="none", mask="bidirectional"
+    )
+    out.append(protocol.Arm(BIDIRECTIONAL, setting(copy_len), "transformer", task, fields))
   return out
 
 
@@ -149,9 +155,9 @@ def measure(config, trained, workdir):
   fig = harness.figure()
   ax = fig.add_subplot()
   lens = list(config.copy_lens)
-  for name in POSITIONS:
+  for name in (*POSITIONS, BIDIRECTIONAL):
     per_seed = [metrics["adjusted"][name][setting(c)] for c in lens]
-    protocol.spread(ax, lens, per_seed, name, linestyle="--" if name == "none" else "-")
+    protocol.spread(ax, lens, per_seed, name, linestyle="-" if name in POSITIONS[1:] else "--")
   ax.plot(
     lens,
     [protocol.adjust(1 / c, metrics["chance"][setting(c)]) for c in lens],
@@ -166,7 +172,8 @@ def measure(config, trained, workdir):
     f"Copy V={config.vocab_size} L={config.seq_len}, c in {lens}; transformer rung, "
     f"D={config.d_model}, {config.num_layers} layers, 1 head, MLP 4D, pre-norm + final norm; "
     "positions none / learned (table std 0.02 at init) / sinusoidal, added to the token "
-    "embedding."
+    "embedding; the falsification arm: the same model without positions as an encoder (every "
+    "position reads every other)."
   )
   return protocol.Section(plots=[harness.save(fig, workdir, f"{NAME}.png")], setup=setup)
 
@@ -208,6 +215,21 @@ def criteria(metrics, config):
       )
     )
   return out
+
+
+def falsification(metrics, config):
+  """The copy criterion read on the encoder without positions: it must reject it."""
+  return [
+    report.every_seed(
+      f"{setting(c)}: {BIDIRECTIONAL} (an encoder without positions) copies in order: adjusted "
+      f"accuracy >= {RECALLS}",
+      metrics["adjusted"][BIDIRECTIONAL][setting(c)],
+      lambda a: a >= RECALLS,
+      name="positions_copy",
+      reads=[(BIDIRECTIONAL, setting(c))],
+    )
+    for c in config.copy_lens
+  ]
 
 
 if __name__ == "__main__":

@@ -23,7 +23,12 @@ to timing measurements, which the report marks as such). One experiment alone ta
 config is not the registered design's (`config_as_registered`).
 """
 
+import concurrent.futures
+import gzip
 import importlib
+import json
+import multiprocessing
+import os
 import sys
 import time
 import traceback
@@ -66,21 +71,95 @@ def run_one(module, size, workdir, config=None):
     result = protocol.run(module, config, workdir, size)
   except Exception as e:  # report it and keep going: nothing else is lost
     traceback.print_exc()
-    result = report.Result(
-      experiment=module.NAME,
-      claim=module.CLAIM,
-      setup=f"size={size}",
-      criteria=[
-        report.Criterion(
-          f"ran to completion (crashed: {type(e).__name__}: {e})", verdict=report.UNRESOLVED
-        )
-      ],
-      metrics={"error": f"{type(e).__name__}: {e}"},
-      crashed=True,
-    )
+    result = crashed(module, size, e)
   result.seconds = time.time() - start
   result.size = size
   return result
+
+
+def crashed(module, size, error):
+  """The UNRESOLVED result of an experiment that raised `error` instead of measuring."""
+  return report.Result(
+    experiment=module.NAME,
+    claim=module.CLAIM,
+    setup=f"size={size}",
+    criteria=[
+      report.Criterion(
+        f"ran to completion (crashed: {type(error).__name__}: {error})",
+        verdict=report.UNRESOLVED,
+      )
+    ],
+    metrics={"error": f"{type(error).__name__}: {error}"},
+    crashed=True,
+    size=size,
+  )
+
+
+class _Prefixed:
+  """A text stream that starts every line written through it with `prefix` (a worker's
+  progress lines stay readable when two experiments print at once)."""
+
+  def __init__(self, stream, prefix):
+    self.stream, self.prefix, self.at_start = stream, prefix, True
+
+  def write(self, text):
+    for line in text.splitlines(keepends=True):
+      self.stream.write((self.prefix if self.at_start else "") + line)
+      self.at_start = line.endswith("\n")
+    return len(text)
+
+  def flush(self):
+    self.stream.flush()
+
+
+def _worker(name, size, workdir, module_path=None):
+  """One experiment in a worker process (the module at `module_path` when given, else
+  experiment `name`): its lines are prefixed with its name."""
+  sys.stdout = _Prefixed(sys.__stdout__, f"{name}| ")
+  sys.stderr = _Prefixed(sys.__stderr__, f"{name}| ")
+  compile_cache.enable()
+  module = importlib.import_module(module_path) if module_path else experiment(name)
+  return run_one(module, size, workdir)
+
+
+def longest_first(names, size, results_dir="results"):
+  """`names` ordered by the wall time each took at `size` in `results_dir` (the committed
+  results), longest first, the unmeasured ones first of all; ties keep their order. Started in
+  this order, parallel workers finish together instead of waiting on one long tail."""
+
+  def seconds(name):
+    path = os.path.join(results_dir, f"{name}_{size}.json.gz")
+    try:
+      with gzip.open(path, "rt") as f:
+        return float(json.load(f)["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+      return float("inf")
+
+  return sorted(names, key=lambda n: -seconds(n))
+
+
+def run_parallel(names, size, workdir, jobs, on_result, module_paths=None):
+  """Runs experiments `names` in `jobs` worker processes (spawned: each its own JAX runtime),
+  the longest first; calls on_result(name, result) as each finishes; returns the results in the
+  order of `names`. `module_paths` maps a name to the module to import instead of
+  experiments.<name> (the tests' declared stand-ins). Each experiment is single-threaded for most of its time (XLA compiles on
+  one core, and small models' steps barely use two), so on a 2-core machine two at once finish
+  sooner than one after the other."""
+  context = multiprocessing.get_context("spawn")
+  done = {}
+  with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+    futures = {
+      pool.submit(_worker, name, size, workdir, (module_paths or {}).get(name)): name
+      for name in longest_first(names, size)
+    }
+    for future in concurrent.futures.as_completed(futures):
+      name = futures[future]
+      try:
+        done[name] = future.result()
+      except Exception as e:  # the worker process died (run_one catches what it raises)
+        done[name] = crashed(experiment(name), size, e)
+      on_result(name, done[name])
+  return [done[name] for name in names]
 
 
 def plateau_line(result):
@@ -114,6 +193,13 @@ def _define(values, argv, single):
     cli.config_flag(values, argv, "config", experiment(single).get_config(size), help_string)
     return
   flags.DEFINE_list("only", [], "Comma-separated experiment names.", flag_values=values)
+  flags.DEFINE_integer(
+    "jobs",
+    min(2, os.cpu_count() or 1),
+    "Experiments run at once, each in its own process (default: 2, or 1 on one core).",
+    lower_bound=1,
+    flag_values=values,
+  )
 
 
 def main(argv=None, single=None):
@@ -131,17 +217,34 @@ def main(argv=None, single=None):
       f"--only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}"
     )
   config = values.config if single else None
-  compile_cache.enable()
+  jobs = 1 if single else values.jobs
+  start = time.time()
   results = []
-  for i, name in enumerate(names, 1):
-    print(f"[{i}/{len(names)}] {name} (size={size}) ...", flush=True)
-    module = experiment(name)
-    result = run_one(module, size, workdir, config)
-    results.append(result)
-    print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)
-    report.write(results, workdir)  # rewrite after each: a crash later loses nothing
+  if jobs > 1 and len(names) > 1:
+    print(f"{len(names)} experiments (size={size}), {jobs} at once ...", flush=True)
+
+    def finished(name, result):
+      results.append(result)
+      print(
+        f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s",
+        flush=True,
+      )
+      report.write(results, workdir)  # rewrite after each: a crash later loses nothing
+
+    results = run_parallel(names, size, workdir, jobs, finished)
+  else:
+    compile_cache.enable()
+    for i, name in enumerate(names, 1):
+      print(f"[{i}/{len(names)}] {name} (size={size}) ...", flush=True)
+      result = run_one(experiment(name), size, workdir, config)
+      results.append(result)
+      print(f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s", flush=True)
+      report.write(results, workdir)  # rewrite after each: a crash later loses nothing
   path = report.write(results, workdir)
-  print(f"\n{report.tally(results)} in {sum(r.seconds for r in results):.0f} s")
+  print(
+    f"\n{report.tally(results)}: {sum(r.seconds for r in results):.0f} s of experiments"
+    f" in {time.time() - start:.0f} s wall"
+  )
   for r in results:
     why = r.why()
     print(f"  {r.experiment:16s} {r.verdict:12s} {plateau_line(r)}" + (f"  ({why})" if why else ""))

@@ -102,7 +102,7 @@ def default_config(name):
   c.head_combine = "sum"  # sum (V_j is D x D) | concat (rank-r values, then Wo)
   c.normalizer = "none"  # none | sum | softmax, over the sources i <= L
   c.temperature = ml_collections.FieldReference(None, field_type=float)  # tau; None: sqrt(K)
-  c.mask = "causal"  # causal | self (stateless: W_iL = 0 for i != L)
+  c.mask = "causal"  # causal | self (stateless: W_iL = 0 for i != L) | bidirectional (encoder)
   c.window = ml_collections.FieldReference(None, field_type=int)  # sliding window; None: all
   c.attention = GENERIC  # generic | dense | dot_product | blockwise | sliding_window | ...
   c.mlp = "none"  # none (elementwise sigma) | kv (W2 sigma(W1 .))
@@ -316,6 +316,10 @@ def validate(name, config):
     ("attention", attention_impls()),
   ):
     _choice(c, field, allowed)
+  if c.mask == "bidirectional" and c.window is not None:
+    raise ConfigError(
+      f"model.window={c.window}: a sliding window is causal; model.mask='bidirectional' has none"
+    )
   if c.scan_layers and name in RECURRENT_RUNGS:
     raise ConfigError(f"model.scan_layers=True: rung {name!r} has no stack of identical blocks")
   if c.remat != "none" and not c.scan_layers:

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 NORMALIZERS = ("none", "sum", "softmax")
-MASKS = ("causal", "self")
+MASKS = ("causal", "self", "bidirectional")
 
 
 def causal_mask(length, memory=None, *, offset=0, window=None):
@@ -34,6 +34,11 @@ def causal_mask(length, memory=None, *, offset=0, window=None):
 def self_mask(length):
   """mask_LM for the stateless rung: W_iL = 0 for i != L."""
   return jnp.eye(length, dtype=bool)
+
+
+def bidirectional_mask(length):
+  """mask_LM of an encoder: every receiver reads every source, earlier or later."""
+  return jnp.ones((length, length), dtype=bool)
 
 
 def normalize(scores_BHLM, mask_LM, kind, temperature=1.0):

@@ -4,7 +4,8 @@
 
 Slots, each filled by a piece from one step file:
   scorer  (steps 3, 5): queries, keys, scores -> scores_BHLM for H functions
-  mask    (steps 3, 9): causal, self (stateless) or a sliding window
+  mask    (steps 3, 9): causal, self (stateless), a sliding window, or bidirectional (an
+          encoder: every position reads every other; it cannot decode)
   normalizer (step 6):  none | sum | softmax with temperature tau (default sqrt(K))
   valuer  (steps 4, 7): values(x) -> v_BMHK, combine(o_BLHK) -> s_BLD
 A rung is a choice of pieces (jaxformer.ladder); this module only wires them, and checks
@@ -61,6 +62,11 @@ class Mixer(nn.Module):
       if value is not None:
         self.sow("intermediates", name, value)
     if decode:
+      if self.mask == "bidirectional":
+        raise ValueError(
+          "mask='bidirectional': an encoder reads later tokens, so it cannot decode one "
+          "token at a time"
+        )
       k, v_BMHK, mask_LM, start, pos_M = self._through_cache(k, v_BMHK)
       # slots of a row's left padding are never read; the positions are slot indices, so
       # distances (causality, the window) are the same as within the row
@@ -108,6 +114,10 @@ class Mixer(nn.Module):
   def mask_LM(self, length):
     if self.mask == "self":
       return mixing.self_mask(length)
+    if self.mask == "bidirectional":
+      if self.window is not None:
+        raise ValueError(f"mask='bidirectional' with window={self.window}: a window is causal")
+      return mixing.bidirectional_mask(length)
     return mixing.causal_mask(length, window=self.window)
 
   def _through_cache(self, k, v_BMHK):

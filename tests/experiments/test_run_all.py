@@ -1,5 +1,7 @@
 """The main job's runner: a crash in one experiment is UNRESOLVED in the report, not a lost run."""
 
+import gzip
+import io
 import json
 import types
 
@@ -33,7 +35,7 @@ def test_a_crash_is_reported_and_the_others_still_run(tmp_path, monkeypatch, cap
   modules = {"experiments.fixed_memory": passing, "experiments.beyond": crashing}
   monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
   code = run_all.main(
-    ["--only", "beyond,fixed_memory", "--size", "tiny", "--workdir", str(tmp_path)]
+    ["--only", "beyond,fixed_memory", "--size", "tiny", "--jobs", "1", "--workdir", str(tmp_path)]
   )
 
   assert code == 1  # a crash makes the run fail ...
@@ -63,7 +65,9 @@ def test_a_failed_control_makes_the_verdict_inconclusive(tmp_path, monkeypatch, 
   modules = {"experiments.symmetry": _declared(False), "experiments.heads": _declared(True)}
   modules["experiments.heads"].NAME = "heads"
   monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
-  code = run_all.main(["--only", "symmetry,heads", "--size", "tiny", "--workdir", str(tmp_path)])
+  code = run_all.main(
+    ["--only", "symmetry,heads", "--size", "tiny", "--jobs", "1", "--workdir", str(tmp_path)]
+  )
   assert code == 0  # nothing crashed
   results = json.loads((tmp_path / "results.json").read_text())
   assert [(r["experiment"], r["verdict"], r["size"]) for r in results] == [
@@ -104,3 +108,41 @@ def test_the_summary_names_the_replicas_still_learning():
   ]
   line = run_all.plateau_line(result)
   assert line == "plateau 6/8 replicas (still learning: no_skip @ depth=4 seeds 0, 2)"
+
+
+def test_workers_lines_carry_their_experiments_name():
+  out = io.StringIO()
+  stream = run_all._Prefixed(out, "heads| ")
+  stream.write("step 100")
+  stream.write("/400\n[1/2] done\n")
+  stream.write("")
+  assert out.getvalue() == "heads| step 100/400\nheads| [1/2] done\n"
+
+
+def test_the_longest_experiment_starts_first(tmp_path):
+  for name, seconds in (("heads", 40.0), ("mlp_memory", 190.0)):
+    with gzip.open(tmp_path / f"{name}_quick.json.gz", "wt") as f:
+      json.dump({"seconds": seconds}, f)
+  names = ["cache", "heads", "mlp_memory"]  # cache: never measured, so it goes first
+  assert run_all.longest_first(names, "quick", str(tmp_path)) == ["cache", "mlp_memory", "heads"]
+
+
+def test_two_experiments_in_two_worker_processes(tmp_path, capfd):
+  """The parallel path of `make run`: spawned workers running declared experiments through the
+  protocol, results in the order asked for, every worker's lines prefixed with its name, a
+  worker's crash reported as that experiment's UNRESOLVED result."""
+  stub = "tests.experiments.declared_stub"
+  got = []
+  results = run_all.run_parallel(
+    ["fixed_memory", "heads"],
+    "tiny",
+    str(tmp_path),
+    jobs=2,
+    on_result=lambda name, result: got.append(name),
+    module_paths={"fixed_memory": stub, "heads": stub + "_missing"},
+  )
+  assert sorted(got) == ["fixed_memory", "heads"]
+  assert [r.experiment for r in results] == ["declared_stub", "heads"]
+  assert results[0].verdict == "SUPPORTED" and results[0].size == "tiny"
+  assert results[1].crashed and "No module named" in results[1].metrics["error"]
+  assert "fixed_memory| declared stub measured" in capfd.readouterr().out
