@@ -68,14 +68,39 @@ def test_the_claim_passes_with_its_controls():
 def test_the_arms_are_the_grid_the_claims_need():
   config = normalization.get_config("quick")
   names = [(a.model, a.setting) for a in normalization.arms(config)]
-  assert names == [("none", "LN=none L=16"), ("none", "LN=none L=64"), ("softmax", "LN=none L=64")]
+  assert names == [
+    ("none", "LN=none L=16"),
+    ("none", "LN=none L=64"),
+    ("softmax", "LN=none L=16"),  # the falsification arm's short end
+    ("softmax", "LN=none L=64"),
+  ]
   full = normalization.arms(normalization.get_config("full"))
-  assert len(full) == 2 * (3 + 1) + 3 * 3  # none at every L, softmax at the longest
+  assert len(full) == 2 * (3 + 3) + 3 * 3  # none and softmax at every L, the tau sweep
   taus = {a.model: a.fields["temperature"] for a in full if a.model.startswith("softmax r=")}
   assert taus["softmax r=8 tau=1sqrt(r)"] is None  # the rung's own default, sqrt(r)
   assert taus["softmax r=32 tau=4sqrt(r)"] == 4 * math.sqrt(32)
   bare = next(a for a in full if a.setting == "LN=none L=256")
   assert bare.fields["norm"] == "none" and bare.fields["final_norm"] is False
+
+
+@pytest.mark.parametrize("long, verdict", [(0.81, report.SUPPORTED), (0.79, report.INCONCLUSIVE)])
+def test_a_softmax_that_degrades_too_means_the_criterion_cannot_tell(long, verdict):
+  """The falsification arm: the softmax (1.0 at L=16) read by the degradation criterion (a
+  loss >= 0.2 from the shortest L to the longest): rejected at 0.81, accepted at 0.79."""
+  config = _config()
+  metrics = _metrics(config, _with("softmax", long, length=64))
+  falsif = normalization.falsification(metrics, config)
+  result = report.Result(
+    "normalization",
+    "",
+    "",
+    normalization.criteria(metrics, config),
+    metrics,
+    controls=normalization.controls(metrics, config),
+    falsification=falsif,
+  )
+  assert len(falsif) == 2 and {c.name for c in falsif} == {"none_degrades"}
+  assert result.verdict == verdict
 
 
 def test_a_softmax_that_never_learns_the_long_task_makes_it_inconclusive():
