@@ -74,7 +74,7 @@ import time
 import ml_collections
 import numpy as np
 
-from experiments import cli, harness, protocol, report
+from experiments import cli, harness, protocol, report, sizes
 from jaxformer import ladder, mixers
 from jaxformer.mixers import plug
 
@@ -146,14 +146,14 @@ def get_config(size="quick"):
     c.widths, c.vocab_size = (64, 128, 256), 8192
     c.recall = ((4, 64), (8, 128), (16, 256))
     c.noisy, c.selective_copy, c.needle = (16, 256), (16, 256, 16), (256, (4, 12, 240))
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates = sizes.ACCEL_LEARNING_RATES
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
     c.num_examples, c.num_test_examples = 100_000, 2000
     c.depth_lengths = (64, 512, 4096, 16384)
     c.state_lengths = (256, 4096, 16384, 65536)
     c.cost_lengths, c.cost_batch = (1024, 4096, 16384), 8
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+  else:
+    sizes.check(size)
   return c
 
 
