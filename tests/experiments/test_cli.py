@@ -46,6 +46,15 @@ def test_help_prints_the_usage_and_every_flag_and_exits_0(name, capsys):
   assert "\nflags:\n" in out and "--flagfile" not in out  # its own flags, not absl's
 
 
+@pytest.mark.parametrize("name", run_all.EXPERIMENTS)
+def test_every_experiment_prints_its_docstring_and_its_config_with_help(name, capsys):
+  main = functools.partial(run_all.main, single=name)
+  assert _exit_code(main, ["--help"]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith(run_all.experiment(name).__doc__.strip().splitlines()[0])
+  assert "--config:" in out and "--size:" in out and "--only" not in out
+
+
 @pytest.mark.parametrize("case", BAD)
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_a_bad_command_line_is_one_line_and_exit_2(name, case, capsys):
