@@ -235,20 +235,26 @@ def compile_only_run(out_dir, target, dry_run=False):
   return 0
 
 
-def _define(values, argv):
-  define = cli.definer(values)
-
-  define("bool", "dry-run", False, "Tiny sizes on any backend (no backend assertion).")
-  define("string", "command", None, "The command line to record (the shell script's).")
-  define("bool", "probe", False, "Internal: the probe process (prints the machine as JSON).")
-  define("string", "expect-backend", None, "Internal: the probe's expected jax backend.")
-  define(
+# The command line's flags: (kind, name, default, help).
+FLAGS = (
+  ("bool", "dry-run", False, "Tiny sizes on any backend (no backend assertion)."),
+  ("string", "command", None, "The command line to record (the shell script's)."),
+  ("bool", "probe", False, "Internal: the probe process (prints the machine as JSON)."),
+  ("string", "expect-backend", None, "Internal: the probe's expected jax backend."),
+  (
     "string",
     "compile_only",
     None,
     "TARGET: compile the train suite's step for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
     "without running: OUT_DIR/compile_report.json and a table; exit 2 when it does not fit.",
-  )
+  ),
+)
+
+
+def _define(values, argv):
+  define = cli.definer(values)
+  for row in FLAGS:
+    define(*row)
 
 
 def main(argv=None):
