@@ -106,11 +106,13 @@ def command_line(doc, define, argv=None):
 
 
 def definer(values):
-  """define(kind, name, default, help_string, *args): flags.DEFINE_<kind>(name, default, *args,
-  help_string) on `values` (args: an enum's choices)."""
+  """define(kind, name, default, help_string, *args, **kwargs): flags.DEFINE_<kind>(name,
+  default, *args, help_string, **kwargs) on `values` (args: an enum's choices; kwargs: a
+  lower_bound, ...)."""
 
-  def define(kind, name, default, help_string, *args):
-    getattr(flags, f"DEFINE_{kind}")(name, default, *args, help_string, flag_values=values)
+  def define(kind, name, default, help_string, *args, **kwargs):
+    define_kind = getattr(flags, f"DEFINE_{kind}")
+    define_kind(name, default, *args, help_string, flag_values=values, **kwargs)
 
   return define
 

@@ -2,8 +2,9 @@
 config field or a stray argument is one `error:` line and exit 2, before anything runs.
 
 The entry points that also serve as libraries (run_all and each experiment, scorecard, bench,
-gpu_bench, designs, tables) are called in process; main, sample and evaluate define their
-flags on absl's global FLAGS, so they run as subprocesses (in parallel, `--help` only).
+gpu_bench, bench_loader, designs, tables) are called in process; main, sample and evaluate
+define their flags on absl's global FLAGS, so they run as subprocesses (in parallel, `--help`
+only).
 """
 
 import functools
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from experiments import bench, cli, designs, gpu_bench, run_all, scorecard, tables
+from experiments import bench, bench_loader, cli, designs, gpu_bench, run_all, scorecard, tables
 from tests.train.train_helpers import REPO
 
 ENTRY_POINTS = {
@@ -24,6 +25,7 @@ ENTRY_POINTS = {
   "gpu_bench": (gpu_bench.main, "The GPU benchmark run behind experiments/gpu_bench.sh"),
   "designs": (designs.main, "The registry of experiment designs"),
   "tables": (tables.main, "The results tables of README.md and docs/experiments.md"),
+  "bench_loader": (bench_loader.main, "Loader throughput: one batched read per step"),
 }
 BAD = {  # (arguments, what the one line names)
   "unknown flag": (["--nope=1"], "'nope'"),
