@@ -20,7 +20,7 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	touch $@
 
 run: $(STAMP)
-	$(PY) -m experiments.run_all --workdir runs/ladder
+	$(PY) -m experiments.run_all --workdir runs/ladder --jobs 2
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff format --check jaxformer experiments tests colabs

@@ -35,7 +35,10 @@ accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model
     <= 1e-4: exact only by keeping W1 on the skip path;
 (e) split skip with a layer norm: even the fold with x A leaves >= 0.02;
 (f) key side: bigram rate of the units - the larger of the two controls' >= 0.1;
-(g) value side: agreement of the units - the larger of the two controls' >= 0.05.
+(g) value side: agreement of the units - the larger of the two controls' >= 0.05;
+(h) causal (version 3): zeroing a unit (jaxformer.analysis.interventions) lowers the logit of
+    the token its value promotes at its top contexts more than zeroing another unit does: the
+    mean over units of own - another's drop, bootstrap 95% interval over seeds above 0.
 
   python -m experiments.mlp_memory --workdir runs/mlp_memory                 # quick
   python -m experiments.mlp_memory --size full --workdir runs/mlp_memory_full
@@ -81,7 +84,7 @@ PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2  # v2: the exact folds (c), (d with x A) are identities: checks, not criteria
+VERSION = 3  # v2: the exact folds (c), (d with x A) are checks; v3: the causal ablation (h)
 SPECS = (
   protocol.Spec(
     "w2_models_learn",
@@ -116,6 +119,13 @@ SPECS = (
     "values_beat_controls",
     f"(g) next-token agreement - controls >= {VALUE_MARGIN}",
     threshold=VALUE_MARGIN,
+  ),
+  protocol.Spec(
+    "ablation_lowers_promoted",
+    "(h) zeroing a unit lowers the logit of the token its value promotes, at its top contexts, "
+    "more than zeroing another unit does: the mean over units of (own - another's drop), its "
+    "bootstrap 95% interval over seeds above 0",
+    threshold=0.0,
   ),
 )
 CHECKS = (
@@ -157,7 +167,7 @@ def get_config(size="quick"):
   c.widths = (64,)  # F of the W2 models; F = D is also trained without W2
   c.fold_steps = 100  # steps of the fold cells other than (single, pre-norm)
   c.fold_sequences = 64  # training windows the folds are fitted on (x L positions)
-  c.top_k = 10  # contexts per unit
+  c.top_k = 50  # contexts per unit
   c.probe_sequences = 512  # training windows scanned by the probe
   c.shown_units = 4  # units listed in the report's table
   c.context_chars = 16  # characters of context shown before the marked one
@@ -313,8 +323,10 @@ def pre_activations(run, params, inputs_NL, layer, batch_size):
   return np.concatenate(parts)
 
 
-def probe_seed(run, params, untrained, layer, windows, rng, k, batch_size):
-  """Key-side bigram rates and value-side agreements: units, random directions, untrained."""
+def probe_seed(run, model, params, untrained, layer, windows, rng, k, batch_size):
+  """Key-side bigram rates and value-side agreements: units, random directions, untrained;
+  and the causal test: each unit's ablation against another unit's, read on the logit of the
+  token its value promotes at its top contexts."""
   inputs_NL, targets_NL = windows
   batch = functools.partial(pre_activations, layer=layer, batch_size=batch_size)
   pre_NLF = batch(run, params, inputs_NL)
@@ -336,7 +348,18 @@ def probe_seed(run, params, untrained, layer, windows, rng, k, batch_size):
   def agree(tops, promoted_F):
     return float(mlp_controls.next_token_agreement(targets_NL, *tops, promoted_F).mean())
 
+  count = len(promoted)
+  others = (np.arange(count) + rng.integers(1, count)) % count  # another unit for every f
+  ablation = {
+    "units": mlp_controls.ablation_drops(
+      model, params, inputs_NL, layer, *units, promoted, range(count)
+    ),
+    "another unit": mlp_controls.ablation_drops(
+      model, params, inputs_NL, layer, *units, promoted, others
+    ),
+  }
   return {
+    "ablation": {who: float(drops.mean()) for who, drops in ablation.items()},
     "keys": {"units": rate(units), "random": rate(shuffled), "untrained": rate(cold)},
     "keys_unigram": float(mlp_controls.suffix_rate(inputs_NL, *units, n=1).mean()),
     "values": {
@@ -374,7 +397,7 @@ def measure(config, trained, workdir):
     untrained = init(jax.random.key(seed))
     probes.append(
       probe_seed(
-        runs[("single", "pre")], params, untrained, layer, windows, rng, config.top_k, batch
+        runs[("single", "pre")], model, params, untrained, layer, windows, rng, config.top_k, batch
       )
     )
   metrics = {
@@ -383,6 +406,7 @@ def measure(config, trained, workdir):
     "probe_keys": {k: [p["keys"][k] for p in probes] for k in ("units", "random", "untrained")},
     "probe_keys_unigram": [p["keys_unigram"] for p in probes],
     "probe_values": {k: [p["values"][k] for p in probes] for k in ("units", "random", "untrained")},
+    "ablation": {k: [p["ablation"][k] for p in probes] for k in ("units", "another unit")},
   }
   table = [
     {"measurement": f"W1 fold into the mixer alone (o C + c), {cell}", "per seed": v["mixer"]}
@@ -404,6 +428,10 @@ def measure(config, trained, workdir):
       {"measurement": f"probe {what}: {who}", "per seed": metrics[side][who]}
       for who in ("units", "random", "untrained")
     ]
+  table += [
+    {"measurement": f"ablation: mean logit drop of the promoted token, {who}", "per seed": v}
+    for who, v in metrics["ablation"].items()
+  ]
   table += [
     {
       "measurement": "probe: top contexts sharing their current character (units)",
@@ -545,6 +573,15 @@ def criteria(metrics, config):
       VALUE_MARGIN,
       "agreement",
       "values_beat_controls",
+    ),
+    report.mean_above(
+      f"(h) causal: zeroing a unit lowers its promoted token's logit at its top-{config.top_k} "
+      "contexts more than zeroing another unit does (per seed: the mean over units of own - "
+      "another's drop)",
+      _paired(metrics["ablation"]["units"], metrics["ablation"]["another unit"]),
+      0.0,
+      name="ablation_lowers_promoted",
+      **{f"drop, {who}": v for who, v in metrics["ablation"].items()},
     ),
   ]
   return out

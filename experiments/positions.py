@@ -17,7 +17,10 @@ accuracy >= INFORMED / c (c data tokens: a guess among them scores 1/c; the task
 sinusoidal positions reach adjusted accuracy >= RECALLS; without positions the model stays
 <= FAILS. Falsification arm: the model without positions as an encoder (mask
 'bidirectional'), where the article's set argument holds exactly, read by the copy criterion:
-it must be REFUTED, else the criterion cannot tell (INCONCLUSIVE).
+it must be REFUTED, else the criterion cannot tell (INCONCLUSIVE). Reported beside them, not a
+criterion: a linear probe of absolute position (jaxformer.analysis.position_probe, Haviv et al.
+2022) on the embedding and each block's output of the models without positions (trained, and
+the causal one at init), which shows whether a causal stack makes its own positions.
 
   python -m experiments.positions --workdir runs/positions                 # quick
   python -m experiments.positions --size full --workdir runs/positions_full
@@ -37,8 +40,11 @@ Measured numbers, and what they show: docs/experiments.md.
 import sys
 
 import ml_collections
+import numpy as np
 
 from experiments import harness, protocol, report, run_all, sizes
+from jaxformer import data
+from jaxformer.analysis import position_probe
 
 NAME = "positions"
 CLAIM = (
@@ -53,6 +59,9 @@ BIDIRECTIONAL = "bidirectional_none"  # the falsification arm: an encoder withou
 RECALLS = 0.9  # learned and sinusoidal: adjusted accuracy >= this, every seed
 FAILS = 0.5  # none: adjusted accuracy <= this, every seed
 INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
+# The position probe reads this many test inputs (half fit, half scored); it is reported, not
+# a criterion, so it is not part of the design.
+PROBE_EXAMPLES = 64
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
 VERSION = 2
@@ -143,6 +152,40 @@ def arms(config):
   return out
 
 
+def probe(config, trained):
+  """Rows of the position probe (jaxformer.analysis.position_probe): held-out R^2 of a
+  linear map from each activation to the token's absolute position, on the test inputs, for
+  the two models without positions (trained, each seed) and the causal one at init."""
+  rows = []
+  for c in config.copy_lens:
+    key = setting(c)
+    for name, untrained in (("none", False), ("none", True), (BIDIRECTIONAL, False)):
+      arm = trained.get(name, key)
+      model = arm.model()
+      tokens = harness.read_inputs(
+        data.get_dataset(arm.arm.task, "test"), range(min(PROBE_EXAMPLES, config.num_test_examples))
+      )
+      params = arm.params()
+      if untrained:
+        params = [harness.init_params(model, tokens, seed) for seed in range(len(params))]
+      per_seed = [position_probe.position_r2(model, p, tokens) for p in params]
+      if not per_seed:  # every point diverged: nothing to probe
+        continue
+      for layer in per_seed[0]:
+        values = [r[layer] for r in per_seed]
+        rows.append(
+          {
+            "setting": key,
+            "model": name + (" (untrained)" if untrained else ""),
+            "activation": layer,
+            "position R^2 (mean)": round(float(np.mean(values)), 3),
+            "min": round(min(values), 3),
+            "max": round(max(values), 3),
+          }
+        )
+  return rows
+
+
 def measure(config, trained, workdir):
   metrics = trained.metrics()
   fig = harness.figure()
@@ -168,7 +211,19 @@ def measure(config, trained, workdir):
     "embedding; the falsification arm: the same model without positions as an encoder (every "
     "position reads every other)."
   )
-  return protocol.Section(plots=[harness.save(fig, workdir, f"{NAME}.png")], setup=setup)
+  setup += (
+    " Position probe (reported, not a criterion): a ridge regression from each activation to "
+    "the token's absolute position, fitted on half the test inputs and scored (R^2) on the "
+    "other half, for the models without positions (each seed) and the causal one at init: "
+    "what supplies positions in a causal stack without them (Haviv et al. 2022)."
+  )
+  rows = probe(config, trained)
+  return protocol.Section(
+    metrics={"position_probe": rows},
+    table=rows,
+    plots=[harness.save(fig, workdir, f"{NAME}.png")],
+    setup=setup,
+  )
 
 
 def controls(metrics, config):

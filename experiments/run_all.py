@@ -1,6 +1,6 @@
 """The main job: every design-pressure experiment, one report.
 
-  python -m experiments.run_all --workdir runs/ladder              # `make run`: size quick
+  python -m experiments.run_all --workdir runs/ladder --jobs 2     # `make run`: size quick
   python -m experiments.run_all --size full --workdir runs/full    # the full grids
   python -m experiments.run_all --only fixed_memory,cache --size tiny
   python -m experiments.fixed_memory --workdir runs/fixed_memory   # one experiment alone
@@ -144,9 +144,13 @@ def run_parallel(names, size, workdir, jobs, on_result, module_paths=None):
   order of `names`. `module_paths` maps a name to the module to import instead of
   experiments.<name> (the tests' declared stand-ins). Each experiment is single-threaded for most of its time (XLA compiles on
   one core, and small models' steps barely use two), so on a 2-core machine two at once finish
-  sooner than one after the other."""
+  sooner than one after the other. Workers run on the CPU unless JAX_PLATFORMS is set."""
   context = multiprocessing.get_context("spawn")
   done = {}
+  # Two processes cannot share one accelerator (a TPU is held by one process, a GPU's memory
+  # preallocated by the first), so workers run on the CPU unless JAX_PLATFORMS says otherwise
+  # (spawned workers read this process's environment).
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
   with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
     futures = {
       pool.submit(_worker, name, size, workdir, (module_paths or {}).get(name)): name
@@ -195,8 +199,9 @@ def _define(values, argv, single):
   flags.DEFINE_list("only", [], "Comma-separated experiment names.", flag_values=values)
   flags.DEFINE_integer(
     "jobs",
-    min(2, os.cpu_count() or 1),
-    "Experiments run at once, each in its own process (default: 2, or 1 on one core).",
+    1,
+    "Experiments run at once, each in its own process on the CPU (`make run`: 2); keep 1 on "
+    "a GPU or TPU host, whose device one process holds.",
     lower_bound=1,
     flag_values=values,
   )

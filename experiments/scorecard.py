@@ -74,7 +74,7 @@ import time
 import ml_collections
 import numpy as np
 
-from experiments import cli, harness, protocol, report, sizes
+from experiments import cli, harness, orderings, protocol, report, sizes
 from jaxformer import ladder, mixers
 from jaxformer.mixers import plug
 
@@ -494,7 +494,22 @@ def table(metrics, config, card):
   return [{k: row_.get(k, "") for k in keys} for row_ in rows]
 
 
-def write(config, metrics, card, records, workdir, plots, seconds, size):
+def _orderings_lines(published):
+  """scorecard.md's section on the published orderings: one line per reading."""
+  if not published:
+    return []
+  lines = ["**Published orderings** (experiments/orderings.py: sources and rules).", ""]
+  for name, check in published.items():
+    lines.append(f"- `{name}`: **{check['verdict']}**")
+    for c in check["readings"]:
+      ci = c.values.get("ci95")
+      interval = f", mean {c.values['mean']:.3f} CI95 [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+      note = f" ({c.note})" if c.note else ""
+      lines.append(f"  - {c.description}: {c.verdict}{interval}{note}")
+  return [*lines, ""]
+
+
+def write(config, metrics, card, records, workdir, plots, seconds, size, published=None):
   os.makedirs(workdir, exist_ok=True)
   rules = {
     "accuracy": f"bootstrap 95% interval of the mean paired difference with the reference > "
@@ -512,6 +527,13 @@ def write(config, metrics, card, records, workdir, plots, seconds, size):
     "rules": rules,
     "metrics": report._jsonable(metrics),
     "marks": report._jsonable(card),
+    "orderings": {
+      name: {
+        "verdict": check["verdict"],
+        "readings": [report._criterion_json(c) for c in check["readings"]],
+      }
+      for name, check in (published or {}).items()
+    },
     "runs": report._jsonable(records),
     "seconds": round(seconds, 1),
   }
@@ -541,6 +563,7 @@ def write(config, metrics, card, records, workdir, plots, seconds, size):
     "",
     *[f"- {k}: {v}" for k, v in rules.items()],
     "",
+    *_orderings_lines(published),
     "**Mixers.**",
     "",
     *[
@@ -625,15 +648,31 @@ def run(mixer=None, fields=None, size="quick", workdir="runs/scorecard", config=
   metrics |= measure_programs(config, cands, log)
   metrics["task_state_bytes"] = _task_states(config, cands)
   card = marks(metrics, config)
+  ctl = controls(metrics, config)
+  published = published_orderings(metrics, config, ctl)
   plots = plot(config, metrics, workdir)
   seconds = time.time() - start
-  write(config, metrics, card, trained.records(), workdir, plots, seconds, size)
-  ctl = controls(metrics, config)
+  write(config, metrics, card, trained.records(), workdir, plots, seconds, size, published)
   return {
     "metrics": metrics,
     "marks": card,
     "table": table(metrics, config, card),
     "controls": {f"D={w} {s}": c for (w, s), c in ctl.items()},
+    "orderings": published,
+  }
+
+
+def published_orderings(metrics, config, ctl):
+  """{check: {'verdict', 'readings'}} of experiments.orderings at the widest D (where decode
+  state is measured), from this run's numbers."""
+  widest = max(config.widths)
+  view = orderings.at_width(metrics, widest, config.widths)
+  learned = {s: c for (w, s), c in ctl.items() if w == widest}
+  ref = mixers.REFERENCE
+  checks = orderings.check(view, mixers.STATE_SWEEPS, ref, FIXED_STATE_SLOPE, learned)
+  return {
+    name: {"verdict": orderings.verdict(readings), "readings": readings}
+    for name, readings in checks.items()
   }
 
 

@@ -11,6 +11,8 @@ same way:
   suffix_rate(tokens_NL, seq_FK, pos_FK, n)          # top contexts ending in one n-gram
   next_token_agreement(targets_NL, seq_FK, pos_FK, promoted_F)   # value side
   fold_residuals(cache)                              # W1 into the mixer, two ways
+  ablation_drops(model, params, inputs_NL, layer, seq_FK, pos_FK, promoted_F, ablate_F)
+                                                     # causal: zero a unit, read a logit
 
 act_NLF is any activation over N sequences of L positions with F columns: a layer's
 pre-activations (units), or those times a random matrix (random directions).
@@ -18,9 +20,11 @@ pre-activations (units), or those times a random matrix (random directions).
 
 import collections
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxformer.analysis import absorption
+from jaxformer.analysis import absorption, interventions
 from jaxformer.analysis.cache import layer_names
 
 
@@ -58,6 +62,33 @@ def next_token_agreement(targets_NL, seq_FK, pos_FK, promoted_F):
   position) is promoted_F[f], the token its value vector raises most."""
   next_FK = np.asarray(targets_NL)[np.asarray(seq_FK), np.asarray(pos_FK)]
   return np.mean(next_FK == np.asarray(promoted_F)[:, None], axis=1)
+
+
+def ablation_drops(model, params, inputs_NL, layer, seq_FK, pos_FK, promoted_F, ablate_F):
+  """Per unit f: how much zeroing unit ablate_F[f] of layer `layer`'s MLP lowers the logit of
+  token promoted_F[f] at f's top contexts (the mean over them of logit before - after, each
+  context its own sequence up to the position; nothing else changes). ablate_F = range(F)
+  reads each unit's own ablation (the causal test of its value vector); another unit per f
+  is the control. One compiled program for every unit: the unit index is traced."""
+  inputs_NL, seq_FK, pos_FK = (np.asarray(a) for a in (inputs_NL, seq_FK, pos_FK))
+  name = f"layers_{layer}/ffn/mlp_post"
+  variables = {"params": params}
+
+  @jax.jit
+  def drop(unit, tokens_KL, pos_K, token):
+    before = model.apply(variables, tokens_KL)
+    after = interventions.run_with_interventions(
+      model, variables, tokens_KL, {name: lambda h_BLF: h_BLF.at[..., unit].set(0)}
+    )
+    rows = jnp.arange(tokens_KL.shape[0])
+    return jnp.mean(before[rows, pos_K, token] - after[rows, pos_K, token])
+
+  return np.array(
+    [
+      float(drop(int(unit), inputs_NL[seq_FK[f]], pos_FK[f], int(promoted_F[f])))
+      for f, unit in enumerate(ablate_F)
+    ]
+  )
 
 
 def random_directions(rng, rows, cols):

@@ -80,3 +80,28 @@ def test_fold_residuals_of_each_cell(skip, norm, mixer_exact, with_skip_exact):
     assert layer["mixer_and_skip"] <= layer["mixer"] + 1e-9  # more freedom never fits worse
     if not mixer_exact:
       assert layer["mixer"] > 0.05
+
+
+def test_ablation_drop_is_the_units_direct_logit_contribution_in_the_last_layer():
+  """Last layer, no final norm: zeroing unit f removes post_f W2[f] from the residual that the
+  unembedding reads, so the logit of token t drops by post_f (W2[f] . U[:, t]) exactly; a unit
+  whose value row is zero changes nothing."""
+  config = ladder.default_config("mlp_kv")
+  with config.unlocked():
+    config.update(d_model=16, num_heads=2, d_ff=8, max_len=8, num_layers=1, final_norm=False)
+  model = ladder.build("mlp_kv", config)
+  tokens_NL = np.asarray(jax.random.randint(jax.random.key(1), (4, 8), 0, config.vocab_size))
+  params = nn.unbox(model.init(jax.random.key(2), tokens_NL))["params"]
+  params["layers_0"]["ffn"]["w2"] = params["layers_0"]["ffn"]["w2"].at[3].set(0.0)
+  _, cache = run_with_cache(model, {"params": params}, tokens_NL, names=["*/ffn/mlp_post"])
+  post_NLF = np.asarray(cache["layers_0/ffn/mlp_post"])
+  seq_FK = np.array([[0, 1, 2], [3, 0, 1]])
+  pos_FK = np.array([[7, 5, 2], [6, 1, 4]])
+  tokens_F = np.array([5, 9])
+  units = [1, 3]  # unit 3 writes nothing
+  drops = mlp_controls.ablation_drops(model, params, tokens_NL, 0, seq_FK, pos_FK, tokens_F, units)
+  unembed_DV = np.asarray(params["unembed"] if "unembed" in params else params["embed"].T)
+  w2_FD = np.asarray(params["layers_0"]["ffn"]["w2"])
+  direct = post_NLF[seq_FK[0], pos_FK[0], 1] * (w2_FD[1] @ unembed_DV[:, 5])
+  np.testing.assert_allclose(drops[0], direct.mean(), rtol=1e-4, atol=1e-6)
+  assert abs(drops[1]) < 1e-6 and abs(drops[0]) > 1e-4

@@ -28,6 +28,7 @@ def _metrics(config, **changes):
     "split pre": (0.7, 0.2),
     "keys": (0.5, 0.2, 0.25),  # units, random, untrained
     "values": (0.2, 0.03, 0.05),
+    "ablation": ([0.3, 0.25, 0.35], [0.01, 0.0, 0.02]),  # per seed: units, another unit
   } | changes
   n = lambda v: [v] * SEEDS  # noqa: E731
   models = [mlp_memory.w2_name(64, False)] + [mlp_memory.w2_name(w) for w in config.widths]
@@ -45,6 +46,7 @@ def _metrics(config, **changes):
     "fold": {cell: {"mixer": n(a), "mixer_and_skip": n(b)} for cell, (a, b) in fold.items()},
     "probe_keys": dict(zip(who, map(n, numbers["keys"]), strict=True)),
     "probe_values": dict(zip(who, map(n, numbers["values"]), strict=True)),
+    "ablation": dict(zip(("units", "another unit"), numbers["ablation"], strict=True)),
   }
 
 
@@ -56,13 +58,13 @@ def _verdicts(config, **changes):
   )
 
 
-# controls: no W2, F=64 W2, F=256 W2 learn; biases. criteria: a, b, d (mixer only), e, f, g
-# (version 2: the exact folds (c) and (d, with x A) are identity checks)
-PASS = ([True] * 4, [True] * 6)
+# controls: no W2, F=64 W2, F=256 W2 learn; biases. criteria: a, b, d (mixer only), e, f, g,
+# h (version 2: the exact folds (c) and (d, with x A) are identity checks; version 3 adds h)
+PASS = ([True] * 4, [True] * 7)
 
 
 def _flip(passes, index):
-  out = [True] * 6
+  out = [True] * 7
   out[index] = passes
   return ([True] * 4, out)
 
@@ -72,7 +74,7 @@ def test_the_claim_passes_with_its_controls():
 
 
 def test_without_a_wider_model_there_is_no_width_claim():
-  assert _verdicts(_config(wide=False)) == ([True] * 3, [True] * 5)
+  assert _verdicts(_config(wide=False)) == ([True] * 3, [True] * 6)
 
 
 def test_the_arms_share_the_single_pre_norm_cell_with_the_widest_w2_model():
@@ -108,6 +110,23 @@ def test_the_w2_at_equal_width_threshold_sides(loss, passes):
 @pytest.mark.parametrize("loss, passes", [(2.175, True), (2.185, False)])
 def test_the_more_memories_threshold_sides(loss, passes):
   assert _verdicts(_config(), **{"loss F=256 W2": loss}) == _flip(passes, 1)
+
+
+@pytest.mark.parametrize(
+  "units, verdict",
+  [
+    ([0.3, 0.25, 0.35], report.SUPPORTED),
+    ([0.0, 0.0, 0.01], report.REFUTED),  # no more than another unit's: the interval <= 0
+    ([0.2, -0.3, 0.4], report.UNRESOLVED),  # seeds disagree: the interval straddles 0
+  ],
+)
+def test_the_causal_ablation_against_another_unit(units, verdict):
+  config = _config()
+  metrics = _metrics(config, ablation=(units, [0.01, 0.0, 0.02]))
+  (reading,) = [
+    c for c in mlp_memory.criteria(metrics, config) if c.name == "ablation_lowers_promoted"
+  ]
+  assert reading.verdict == verdict
 
 
 def test_the_exact_folds_are_identity_checks_not_criteria():
@@ -153,7 +172,7 @@ def test_one_seed_below_fails_an_every_seed_criterion():
   metrics = _metrics(config)
   metrics["eval_loss"]["F=64 no W2"][S] = [2.3, 2.21, 2.3]
   passed = [c.passed for c in mlp_memory.criteria(metrics, config)]
-  assert passed == [False] + [True] * 5
+  assert passed == [False] + [True] * 6
 
 
 def test_a_grid_without_f_equal_d_is_refused():
@@ -173,7 +192,8 @@ def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
   assert len(result.runs) == len(arms) * (
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)
-  assert len(result.controls) == 3 and len(result.criteria) == 5
+  assert len(result.controls) == 3 and len(result.criteria) == 6
+  assert set(result.metrics["ablation"]) == {"units", "another unit"}
   fold = result.metrics["fold"]
   # Exact in the single skip and for the split skip without norm once x A is allowed: these
   # hold for any weights, trained for 4 steps or not.

@@ -100,6 +100,12 @@ def test_tiny_run_trains_every_table(tmp_path):
   assert result.verdict in report.VERDICTS
   assert len(result.controls) == 1 and len(result.criteria) == 3
   assert len(result.falsification) == 1  # the encoder, read by the copy criterion
+  probed = {(row["model"], row["activation"]) for row in result.metrics["position_probe"]}
+  assert probed == {
+    (model, activation)
+    for model in ("none", "none (untrained)", positions.BIDIRECTIONAL)
+    for activation in ("embedded", "layers_0/resid_post", "layers_1/resid_post")
+  }
   assert len(result.runs) == 4 * (
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)

@@ -9,7 +9,7 @@ import textwrap
 import flax.linen as nn
 import pytest
 
-from experiments import scorecard
+from experiments import orderings, scorecard
 from jaxformer import mixers
 
 SEEDS = 3
@@ -207,7 +207,12 @@ def test_a_mixer_outside_the_repository_is_scored_through_the_command_line(
   assert card["metrics"]["state_bytes"]["CumulativeMean"]["bytes"] == ["nan", "nan"]
   assert card["marks"]["CumulativeMean"]["state bytes"]["reaches"] is False  # no decode
   assert len(card["runs"]) == 2 * len(scorecard.tasks(config)) * len(config.seeds)
+  # the published orderings cannot be read without their built-ins or a second recall task
+  assert {k: v["verdict"] for k, v in card["orderings"].items()} == {
+    name: "UNRESOLVED" for name in orderings.CHECKS
+  }
   text = (workdir / "scorecard.md").read_text()
+  assert "`mamba2_state_helps`: **UNRESOLVED**" in text
   assert "| CumulativeMean |" in text and "| softmax |" in text
   for plot in ("scorecard_recall_vs_state.png", "scorecard_vs_length.png"):
     assert os.path.getsize(workdir / plot) > 1000

@@ -1,4 +1,6 @@
+import math
 import os
+import types
 
 import pytest
 
@@ -81,6 +83,20 @@ def test_the_deepest_depth_is_judged_at_full_size():
 
 
 @pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
+def test_steps_to_the_threshold_against_depth_per_seed():
+  config = skips.get_config("quick")
+  steps = {"no_skip": [400.0, math.nan, 300.0], "residual": [100.0, 150.0, 100.0]}
+  trained = types.SimpleNamespace(
+    get=lambda name, setting: types.SimpleNamespace(fastest_steps_to=lambda acc: steps[name])
+  )
+  rows = skips.speed(config, trained)
+  assert [(r["model"], r["blocks"]) for r in rows] == [
+    (name, depth) for depth, names in config.depths for name in names
+  ]
+  no_skip = next(r for r in rows if r["model"] == "no_skip")
+  assert no_skip["median (reached)"] == 350.0 and no_skip["seeds reached"] == "2/3"
+
+
 def test_tiny_run_trains_both_wirings(tmp_path):
   config = skips.get_config("tiny")
   result = protocol.run(skips, config, str(tmp_path), "tiny", log=lambda text: None)
@@ -93,5 +109,6 @@ def test_tiny_run_trains_both_wirings(tmp_path):
   assert len(result.falsification) == 1 and len(result.plateau) == arms
   assert [r["learning_rate"] for r in result.per_rate] == list(config.learning_rates)
   assert set(result.metrics["adjusted"]["no_skip"]) == {"depth=1", "depth=2"}
+  assert len(result.metrics["steps_to"]) == arms  # steps to 0.9 against depth, every arm
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000
