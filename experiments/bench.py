@@ -10,18 +10,20 @@
   python -m experiments.bench matmul --compare torch  # each matrix product, XLA beside torch
   python -m experiments.bench sweep --size tiny       # the sweep engine: compile and replicas
 
-A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES.
+A suite is a `jaxformer.bench.Suite`; add one by adding an entry to SUITES. `--set KEY=VALUE`
+(repeatable) sets any keyword of the suite's run() on top of its size's preset: VALUE is a
+Python literal, else a string.
 A usage error (unknown suite, size or parameter, a bad value) prints one line naming it and
 exits 2 before anything is measured; `--debug` shows the traceback instead.
 """
 
-import argparse
 import ast
 import inspect
 import json
 import os
 import sys
 
+from experiments import cli
 from jaxformer import compile_cache, ladder
 from jaxformer.bench import (
   BenchError,
@@ -43,31 +45,20 @@ SUITES = {
 }
 
 
-USAGE = 2  # exit code of a usage error
+USAGE = cli.USAGE
 
 
-class _Parser(argparse.ArgumentParser):
-  """argparse that reports a bad command line in one line (its default adds the usage)."""
-
-  def error(self, message):
-    self.exit(USAGE, f"error: {message}\n")
-
-
-def _ints(text):
+def _ints(name, items):
   try:
-    return tuple(int(x) for x in text.split(",") if x)
+    return tuple(int(x) for x in items)
   except ValueError:
-    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _names(text):
-  return tuple(x for x in text.split(",") if x)
+    raise cli.UsageError(f"--{name}={','.join(items)}: expected comma-separated integers") from None
 
 
 def _setting(text):
   key, eq, value = text.partition("=")
   if not eq or not key:
-    raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    raise cli.UsageError(f"--set={text}: expected KEY=VALUE")
   return key, _value(value)
 
 
@@ -101,85 +92,94 @@ def resolve(name, size=None, overrides=None):
   return size, {**suite.sizes[size], **(overrides or {})}
 
 
+def _define(values, argv):
+  define = cli.definer(values)
+
+  define("string", "size", None, "A preset of the suite (default: its first).")
+  define("list", "lengths", None, "Comma-separated sequence lengths.")
+  define("list", "impls", None, "Comma-separated implementations.")
+  define(
+    "multi_string",
+    "set",
+    [],
+    "KEY=VALUE: any other run() keyword, e.g. --set block_size=256 --set dtype=bfloat16.",
+  )
+  define(
+    "integer",
+    "cpu-devices",
+    0,
+    "CPU only: N devices sharing the cores instead of XLA's one; the train suite then runs "
+    "data parallel over them.",
+  )
+  define(
+    "enum",
+    "compare",
+    None,
+    "train suite: time a PyTorch eager model of the same shape in alternating windows; "
+    "matmul suite: time torch.matmul on the same operands.",
+    ["torch"],
+  )
+  define("bool", "json", False, "Print one JSON object.")
+  define("bool", "debug", False, "Show tracebacks of usage errors.")
+
+
 def main(argv=None):
-  parser = _Parser(description=__doc__.splitlines()[0])
-  parser.add_argument("suite", choices=[*SUITES, "all"])
-  parser.add_argument("--size", help="a preset of the suite (default: its first)")
-  parser.add_argument("--lengths", type=_ints, help="comma-separated sequence lengths")
-  parser.add_argument("--impls", type=_names, help="comma-separated implementations")
-  parser.add_argument(
-    "--set",
-    action="append",
-    default=[],
-    type=_setting,
-    metavar="KEY=VALUE",
-    help="any other run() keyword, e.g. --set block_size=256 --set dtype=bfloat16",
-  )
-  parser.add_argument(
-    "--cpu-devices",
-    type=int,
-    default=0,
-    metavar="N",
-    help="CPU only: N devices sharing the cores instead of XLA's one; the train suite "
-    "then runs data parallel over them",
-  )
-  parser.add_argument(
-    "--compare",
-    choices=["torch"],
-    help="train suite: time a PyTorch eager model of the same shape in alternating windows; "
-    "matmul suite: time torch.matmul on the same operands",
-  )
-  parser.add_argument("--json", action="store_true", help="print one JSON object")
-  parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
-  args = parser.parse_args(argv)
-  if args.cpu_devices:
-    cpu_devices(args.cpu_devices)
+  """`python -m experiments.bench SUITE [flags]`; argv: the arguments after the program name
+  (None: sys.argv's)."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  choices = [*SUITES, "all"]
+  if len(rest) != 1 or rest[0] not in choices:
+    given = f"suite={rest[0]!r}" if len(rest) == 1 else f"suites {rest}" if rest else "no suite"
+    cli.usage_error(f"{given}: expected one of {', '.join(choices)}")
+  try:
+    overrides = dict(_setting(text) for text in values.set)
+    for name in ("lengths", "impls"):
+      if values[name].value is not None:
+        items = values[name].value
+        overrides[name] = _ints(name, items) if name == "lengths" else tuple(items)
+  except cli.UsageError as e:
+    cli.fail(str(e), USAGE, values.debug)
+  if values["cpu-devices"].value:
+    cpu_devices(values["cpu-devices"].value)
   compile_cache.enable()
   try:
-    _run(args)
+    _run(rest[0], values, overrides)
   except (BenchError, ladder.ConfigError) as e:
-    if args.debug:
-      raise
-    print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
-    sys.exit(USAGE)
+    cli.fail(cli.first_line(e), USAGE, values.debug)
 
 
 def cpu_devices(count):
   """XLA flags for `count` CPU devices; must run before jax starts its backend (nothing has
   been computed yet when main() parses its flags). They share the machine's cores."""
   if count < 1:
-    _Parser().exit(USAGE, f"error: --cpu-devices={count}: expected a positive integer\n")
+    cli.usage_error(f"--cpu-devices={count}: expected a positive integer")
   if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-    _Parser().exit(USAGE, "error: --cpu-devices: XLA_FLAGS already sets a device count\n")
+    cli.usage_error("--cpu-devices: XLA_FLAGS already sets a device count")
   flags = os.environ.get("XLA_FLAGS", "")
   os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
 
 
-def _run(args):
-  overrides = dict(args.set)
-  if args.lengths:
-    overrides["lengths"] = args.lengths
-  if args.impls:
-    overrides["impls"] = args.impls
-  names = list(SUITES) if args.suite == "all" else [args.suite]
-  size = args.size if args.suite != "all" else None
+def _run(suite, values, overrides):
+  names = list(SUITES) if suite == "all" else [suite]
+  size = values.size if suite != "all" else None
+  devices, compare = values["cpu-devices"].value, values.compare
   plans = {}  # every suite is checked before anything is measured
   for name in names:
     mine = dict(overrides)
     params = inspect.signature(SUITES[name].run).parameters
-    if args.cpu_devices and "devices" in params:
-      mine.setdefault("devices", args.cpu_devices)
-    if args.compare and "compare" in params:
-      mine.setdefault("compare", args.compare)
+    if devices and "devices" in params:
+      mine.setdefault("devices", devices)
+    if compare and "compare" in params:
+      mine.setdefault("compare", compare)
     plans[name] = resolve(name, size, mine)
   results = {}
   for name, (size, kwargs) in plans.items():
     rows = SUITES[name].run(**kwargs)
     results[name] = dict(size=size, config=kwargs, rows=rows)
-    if not args.json:
+    if not values.json:
       print(f"# {name} ({size}): {SUITES[name].description}")
       print(format_table(rows, SUITES[name].columns), flush=True)
-  if args.json:
+  if values.json:
     json.dump(dict(machine=machine(), suites=results), sys.stdout, default=str)
     print()
   else:

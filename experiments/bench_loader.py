@@ -1,6 +1,6 @@
 """Loader throughput: one batched read per step vs grain's one-record-at-a-time reads.
 
-    python -m experiments.bench_loader
+    python -m experiments.bench_loader [--batch_size=256 --steps=40 --specs=SPEC;SPEC...]
 
 grain 0.2.18's MapDataset.batch reads records one by one (`source[i]`), so our Loader
 keeps grain for the index pipeline (shuffle, shard, batch) and reads each batch with a
@@ -16,7 +16,8 @@ import time
 
 import grain
 
-from jaxformer.data import Loader, get_dataset
+from experiments import cli
+from jaxformer.data import DataError, Loader, get_dataset, parse_spec
 
 DEFAULT_SPEC = "mqar:vocab_size=8192,seq_len=128,num_kv_pairs=8,num_examples=20000"
 
@@ -51,16 +52,39 @@ def run(spec: str = DEFAULT_SPEC, batch_size: int = 256, steps: int = 40, data_d
   }
 
 
-if __name__ == "__main__":
-  specs = [
-    "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8,num_examples=20000",
-    DEFAULT_SPEC,
-    "mqar:vocab_size=8192,seq_len=512,num_kv_pairs=32,num_examples=20000",
-  ]
-  print(f"{'spec (batch 256)':<70} {'per_record':>11} {'batched':>9} {'loader':>9}  ex/s")
+SPECS = (
+  "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8,num_examples=20000",
+  DEFAULT_SPEC,
+  "mqar:vocab_size=8192,seq_len=512,num_kv_pairs=32,num_examples=20000",
+)
+
+
+def _define(values, argv):
+  define = cli.definer(values)
+  define("integer", "batch_size", 256, "Examples per batch.", lower_bound=1)
+  define("integer", "steps", 40, "Timed batches per reader.", lower_bound=1)
+  define("string", "specs", ";".join(SPECS), "Task specs to read, separated by ';'.")
+
+
+def main(argv=None):
+  """argv: the arguments after the program name (None: sys.argv's)."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  if rest:
+    cli.usage_error(f"unexpected arguments {rest}")
+  specs, batch = [s for s in values.specs.split(";") if s], values.batch_size
+  try:
+    for spec in specs:
+      parse_spec(spec)
+  except DataError as e:
+    cli.usage_error(f"--specs: {cli.first_line(e)}")
+  print(f"{f'spec (batch {batch})':<70} {'per_record':>11} {'batched':>9} {'loader':>9}  ex/s")
   for spec in specs:
-    r = run(spec)
+    r = run(spec, batch, values.steps)
     print(
       f"{spec:<70} {r['per_record_examples_per_s']:>11,.0f} "
       f"{r['batched_examples_per_s']:>9,.0f} {r['loader_examples_per_s']:>9,.0f}"
     )
+
+
+if __name__ == "__main__":
+  main()

@@ -55,7 +55,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import capacity, harness, protocol, report, run_all
+from experiments import capacity, harness, protocol, report, run_all, sizes
 
 NAME = "beyond"
 CLAIM = (
@@ -185,8 +185,7 @@ def get_config(size="quick"):
     c.window_layers = (1,)
     c.law = capacity_law("tiny")
     c.exploratory_seeds, c.confirmatory_seeds = (100,), (0,)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 2, 2, 1, 2
-    c.needle_steps, c.num_examples, c.num_test_examples = 2, 64, 32
+    sizes.tiny(c, total_steps=2, step_cap=2, needle_steps=2)
   elif size == "full":
     # Cut to fit the full budget after the full run of 2026-12-01 (beyond: 23 min): within
     # reach every needle model early-stopped by step 300, so 500 steps bound the arms a window
@@ -198,7 +197,7 @@ def get_config(size="quick"):
     c.needle_learning_rates = protocol.FULL_LEARNING_RATES
     c.needle_steps, c.total_steps, c.num_examples = 500, 1000, 20_000
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    c.step_cap, c.lr_cap = 1000, (1e-4, 3e-2)
+    c.step_cap, c.lr_cap = 1000, sizes.FULL_LR_CAP
   elif size == "accel":
     c.kernels = (*KERNELS, "dot_product", "block_sparse")
     c.lengths = (2048, 4096, 8192, 16384, 32768)
@@ -211,8 +210,8 @@ def get_config(size="quick"):
     c.needle_steps, c.step_cap = 5000, 10_000
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
     c.num_examples, c.num_test_examples = 50_000, 1000
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+  else:
+    sizes.check(size)
   return c
 
 

@@ -43,9 +43,8 @@ import sys
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import decode, ladder
 
 NAME = "cache"
@@ -126,24 +125,19 @@ def get_config(size="quick"):
   c.decode_batch = 8  # test prompts prefilled into the measured caches
   if size == "tiny":  # the tests: seconds
     c.d_model, c.num_layers, c.ranks, c.seq_len, c.num_kv_pairs = 16, 1, (2, 4), 8, 2
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
-    c.num_examples, c.num_test_examples, c.decode_batch = 64, 32, 2
+    sizes.tiny(c, decode_batch=2)
   elif size == "full":
     c.vocab_size, c.seq_len, c.num_kv_pairs = 128, 32, 8
     # r = 64 (= D) matched the bilinear scorer at the most cost in the full run of
     # 2026-12-01; r = 2 is the knee (0.86-0.98 against r = 1's 0.05-0.07)
     c.ranks = (1, 2, 4, 16)
-    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
-    c.total_steps, c.eval_every, c.step_cap = 1500, 250, 3000
+    sizes.full(c, total_steps=1500, eval_every=250)
   elif size == "accel":
     c.d_model, c.num_heads, c.ranks = 256, 4, (2, 8, 32, 64, 256)
     c.vocab_size, c.seq_len, c.num_kv_pairs = 1024, 128, 16
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 10_000, 500, 500
-    c.step_cap = 20_000
-    c.num_examples, c.num_test_examples = 100_000, 2000
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=10_000, eval_every=500)
+  else:
+    sizes.check(size)
   return c
 
 

@@ -10,12 +10,13 @@ its entry to the design log in docs/experiments.md). tests/experiments/test_desi
 the check.
 """
 
-import argparse
 import json
 import os
 import sys
 
-from experiments import harness, protocol, run_all
+from absl import flags
+
+from experiments import cli, harness, protocol, run_all
 
 REGISTRY = os.path.join(harness.REPO_ROOT, "results", "designs.json")
 
@@ -68,18 +69,23 @@ def modules():
   return [m for m in out if protocol.registered(m)]
 
 
+def _define(values, argv):
+  flags.DEFINE_bool("register", False, "Record the unregistered versions.", flag_values=values)
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--register", action="store_true", help="record unregistered versions")
-  args = parser.parse_args(argv)
+  """argv: the arguments after the program name (None: sys.argv's); returns the exit code."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  if rest:
+    cli.usage_error(f"unexpected arguments {rest}")
   registry = load()
-  if args.register:
+  if values.register:
     try:
       for m in modules():
         register(m, registry)
     except ValueError as e:
-      print(f"error: {e}")
-      return 2
+      print(f"error: {e}", file=sys.stderr)
+      return cli.USAGE
     os.makedirs(os.path.dirname(REGISTRY), exist_ok=True)
     with open(REGISTRY, "w") as f:
       json.dump(registry, f, indent=1, sort_keys=True)

@@ -41,7 +41,7 @@ import sys
 
 import ml_collections
 
-from experiments import capacity, protocol, run_all
+from experiments import capacity, protocol, run_all, sizes
 
 NAME = "fixed_memory"
 CLAIM = (
@@ -124,8 +124,7 @@ def get_config(size="quick"):
     law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
     law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
-    c.total_steps, c.step_cap, c.eval_every, c.warmup_steps = 3000, 6000, 100, 100
+    sizes.full(c, total_steps=3000, eval_every=100, warmup_steps=100)
   elif size == "accel":  # Zoology's Figure 2 scale
     law.vocab_size, law.seq_len, law.width, law.pairs = 8192, 256, 128, (4, 8, 16, 32, 64)
     law.knobs = {
@@ -137,11 +136,11 @@ def get_config(size="quick"):
     law.attention, law.falsification = ("attention", 64), ("linear_attention", 4)
     law.num_examples, law.num_test_examples = 100_000, 2000
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    c.learning_rates, c.lr_cap = (1e-4, 4.6e-4, 2.2e-3, 1e-2), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
-    c.step_cap = 40_000
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    # the examples are the law's (law.num_examples above), not the sweep's
+    learning_rates = (1e-4, 4.6e-4, 2.2e-3, 1e-2)
+    sizes.accel(c, 20_000, None, learning_rates=learning_rates, eval_every=500, warmup_steps=1000)
+  else:
+    sizes.check(size)
   return c
 
 

@@ -15,7 +15,6 @@ each suite's status, exit code, wall time and result) and OUT_DIR/benchmarks_gpu
 when the probe or any suite failed.
 """
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -24,6 +23,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+from experiments import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIN_STEPS = 20  # train steps per timed window; repeats of each attention / decode timing
@@ -136,7 +137,7 @@ def run(out_dir, plan, expect_backend=BACKEND, command=None):
   )
   probe_args = ["experiments.gpu_bench", "--probe"]
   if expect_backend is not None:
-    probe_args += ["--expect-backend", expect_backend]
+    probe_args.append(f"--expect-backend={expect_backend}")
   log = os.path.join(out_dir, "probe.log")
   status, code, _, out = _child(probe_args, PROBE_TIMEOUT_S, log_path=log)
   summary["environment"] = _last_json(out)
@@ -234,29 +235,43 @@ def compile_only_run(out_dir, target, dry_run=False):
   return 0
 
 
+# The command line's flags: (kind, name, default, help).
+FLAGS = (
+  ("bool", "dry-run", False, "Tiny sizes on any backend (no backend assertion)."),
+  ("string", "command", None, "The command line to record (the shell script's)."),
+  ("bool", "probe", False, "Internal: the probe process (prints the machine as JSON)."),
+  ("string", "expect-backend", None, "Internal: the probe's expected jax backend."),
+  (
+    "string",
+    "compile_only",
+    None,
+    "TARGET: compile the train suite's step for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
+    "without running: OUT_DIR/compile_report.json and a table; exit 2 when it does not fit.",
+  ),
+)
+
+
+def _define(values, argv):
+  define = cli.definer(values)
+  for row in FLAGS:
+    define(*row)
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("out_dir", nargs="?", default="runs/gpu_bench")
-  parser.add_argument(
-    "--dry-run", action="store_true", help="tiny sizes on any backend (no backend assertion)"
-  )
-  parser.add_argument("--command", help="the command line to record (the shell script's)")
-  parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
-  parser.add_argument("--expect-backend", help=argparse.SUPPRESS)
-  parser.add_argument(
-    "--compile_only",
-    metavar="TARGET",
-    help="compile the train suite's step for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
-    "without running: OUT_DIR/compile_report.json and a table; exit 2 when it does not fit",
-  )
-  args = parser.parse_args(argv)
-  if args.probe:
-    probe(args.expect_backend)
+  """`python -m experiments.gpu_bench [OUT_DIR] [flags]`; argv: the arguments after the program
+  name (None: sys.argv's). Exits with the run's code."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  if len(rest) > 1:
+    cli.usage_error(f"one OUT_DIR expected, got {rest}")
+  out_dir = rest[0] if rest else "runs/gpu_bench"
+  dry_run = values["dry-run"].value
+  if values.probe:
+    probe(values["expect-backend"].value)
     return
-  if args.compile_only is not None:
-    sys.exit(compile_only_run(args.out_dir, args.compile_only, dry_run=args.dry_run))
-  plan = PLANS["dry_run" if args.dry_run else "gpu"]
-  sys.exit(run(args.out_dir, plan, None if args.dry_run else BACKEND, args.command))
+  if values.compile_only is not None:
+    sys.exit(compile_only_run(out_dir, values.compile_only, dry_run=dry_run))
+  plan = PLANS["dry_run" if dry_run else "gpu"]
+  sys.exit(run(out_dir, plan, None if dry_run else BACKEND, values.command))
 
 
 if __name__ == "__main__":

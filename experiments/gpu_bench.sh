@@ -68,7 +68,7 @@ else
 fi
 
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-ARGS=("$OUT_DIR" --command "$COMMAND")
+ARGS=("$OUT_DIR" "--command=$COMMAND")
 if [ "$DRY_RUN" = 1 ]; then
   ARGS+=(--dry-run)
 fi

@@ -63,23 +63,6 @@ def train(rung, task, model=None, **fields):
   return summary
 
 
-# The training-loop fields an experiment config may set for all of its runs.
-SCHEDULE = (
-  "seed",
-  "batch_size",
-  "learning_rate",
-  "total_steps",
-  "eval_every",
-  "early_stop_accuracy",
-)
-
-
-def schedule(config):
-  """The SCHEDULE fields `config` sets, for `train(rung, task, model, **schedule(config))`;
-  the fields it leaves out keep the training config's defaults."""
-  return {field: config[field] for field in SCHEDULE if field in config}
-
-
 def model_fields(config, **fields):
   """The model fields every compared model of an experiment shares, then `fields`: width
   and depth from `config`, vocab_size and max_len from its task (unless `fields` names
@@ -104,24 +87,6 @@ def mqar_task(config, seq_len=None, num_kv_pairs=None):
     f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
     f"seed={config.seed}"
   )
-
-
-def cost(summary):
-  """'N steps, X cpu-s': what a run cost, for the progress lines."""
-  return f"{summary['final_step']} steps, {summary['cpu_seconds']:.1f} cpu-s"
-
-
-def accuracy(summary):
-  """The eval accuracy at the end of training (after an early stop: at the stop)."""
-  value = summary["final_eval_accuracy"]
-  return float("nan") if value is None else float(value)
-
-
-def intermediates(model, params, tokens_BL):
-  """(logits, the 'intermediates' collection) of one jitted forward pass of a real model."""
-  apply = jax.jit(lambda p, t: model.apply({"params": p}, t, mutable=["intermediates"]))
-  logits, state = apply(params, jax.numpy.asarray(tokens_BL))
-  return logits, state["intermediates"]
 
 
 def init_params(model, tokens_BL, seed=0):

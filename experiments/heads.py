@@ -39,7 +39,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import cache, harness, protocol, report, run_all
+from experiments import cache, harness, protocol, report, run_all, sizes
 
 NAME = "heads"
 CLAIM = (
@@ -107,23 +107,17 @@ def get_config(size="quick"):
   c.decode_batch = 8  # test prompts prefilled into the measured caches
   if size == "tiny":  # the tests: seconds
     c.d_model, c.budget, c.heads_grid, c.num_layers, c.seq_len = 16, 16, (4, 8), 1, 8
-    c.num_kv_pairs, c.batch_size, c.total_steps, c.step_cap = 2, 8, 4, 4
-    c.eval_every, c.warmup_steps, c.num_examples, c.num_test_examples = 2, 1, 64, 32
-    c.decode_batch = 2
+    sizes.tiny(c, num_kv_pairs=2, decode_batch=2)
   elif size == "full":
     # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
     c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 4, 8, 16), 32, 8
-    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
-    c.total_steps, c.eval_every, c.step_cap = 1000, 100, 2000
+    sizes.full(c, total_steps=1000, eval_every=100)
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
-    c.step_cap = 16_000
-    c.num_examples, c.num_test_examples = 100_000, 2000
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=8000)
+  else:
+    sizes.check(size)
   return c
 
 

@@ -53,7 +53,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all, symmetry
+from experiments import harness, protocol, report, run_all, sizes, symmetry
 from experiments.symmetry import eval_inputs
 from jaxformer.analysis import receivers
 
@@ -161,22 +161,16 @@ def get_config(size="quick"):
   c.grid_points = 121  # per axis of the contour grid
   if size == "tiny":
     c.d_model, c.seq_len, c.num_kv_pairs, c.vocab_size = 8, 8, 2, 16
-    c.learning_rates = (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
-    c.num_examples, c.num_test_examples, c.probe_batch, c.grid_points = 64, 32, 8, 21
+    sizes.tiny(c, learning_rates=(3e-3, 1e-2), probe_batch=8, grid_points=21)
   elif size == "full":
     # the speed reading takes each model's fastest rate: over Zoology's four, not two
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
-    c.lr_cap = (1e-5, 3e-2)
+    c.learning_rates, c.lr_cap = sizes.ACCEL_LEARNING_RATES, sizes.ACCEL_LR_CAP
     c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1500, 50, 100, 3000
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
-    c.step_cap = 16_000
-    c.num_examples, c.num_test_examples, c.probe_batch = 100_000, 1024, 128
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=8000, num_test_examples=1024, probe_batch=128)
+  else:
+    sizes.check(size)
   return c
 
 

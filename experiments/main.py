@@ -1,4 +1,4 @@
-r"""Train a rung of the ladder: the one entry point, and the only file that defines flags.
+r"""Train a rung of the ladder (what every entry point shares is in experiments/cli.py).
 
   python -m experiments.main --config=experiments/configs/default.py:rung=transformer \
     --workdir=/tmp/jaxformer/transformer [--config.total_steps=100 ...] [--debug] \

@@ -58,7 +58,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import data
 from jaxformer.analysis import mlp_controls, mlp_probe
 from jaxformer.analysis.cache import run_with_cache
@@ -187,17 +187,14 @@ def get_config(size="quick"):
     c.batch_size, c.fold_sequences, c.probe_sequences, c.top_k = 8, 16, 32, 4
   elif size == "full":
     c.widths = (64, 256)
-    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
-    c.total_steps, c.fold_steps, c.eval_every, c.step_cap = 1500, 500, 250, 3000
+    sizes.full(c, total_steps=1500, fold_steps=500, eval_every=250)
   elif size == "accel":
     c.seq_len, c.stride, c.d_model, c.num_heads, c.num_layers = 256, 64, 256, 4, 4
     c.widths, c.fold_steps, c.probe_sequences = (256, 1024), 2000, 4096
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 64, 5000, 500, 200
-    c.step_cap = 10_000
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    # examples: the corpus's sequences, not num_examples
+    sizes.accel(c, 5000, None, batch_size=64, eval_every=500, warmup_steps=200)
+  else:
+    sizes.check(size)
   return c
 
 

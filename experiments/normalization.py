@@ -47,7 +47,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 
 NAME = "normalization"
 CLAIM = (
@@ -139,8 +139,7 @@ def get_config(size="quick"):
   if size == "tiny":  # the tests: seconds
     c.d_model, c.num_layers, c.lengths, c.num_kv_pairs = 16, 1, (8, 12), 2
     c.tau_ranks, c.tau_factors, c.tau_length = (4,), (1.0, 4.0), 8
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
-    c.num_examples, c.num_test_examples = 64, 32
+    sizes.tiny(c)
   elif size == "full":
     # L=512 is the accel size's: one step of 3 replicas at L=512, B=32 took 1.6 cpu-s here
     # (L=256: 0.29), so the grid stops at 256 and keeps one learning rate, like quick.
@@ -152,12 +151,9 @@ def get_config(size="quick"):
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")
     c.lengths, c.all_lengths = (32, 128, 512, 2048), ("none", "sum", "softmax")
     c.tau_ranks, c.tau_factors, c.tau_length = (8, 32, 128), (0.125, 0.25, 0.5, 1, 2, 4, 8), 256
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
-    c.step_cap = 16_000
-    c.num_examples, c.num_test_examples = 100_000, 2000
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=8000)
+  else:
+    sizes.check(size)
   return c
 
 

@@ -53,7 +53,7 @@ import ml_collections
 import numpy as np
 from jax import lax
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import ladder
 from jaxformer.analysis import cost, depth
 
@@ -161,8 +161,8 @@ def get_config(size="quick"):
     c.time_lengths, c.d_model, c.time_layers = (256, 512, 1024, 2048, 4096), 256, 4
     c.repeats = 10
     c.time_verdict = True
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+  else:
+    sizes.check(size)
   return c
 
 

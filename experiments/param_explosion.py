@@ -43,7 +43,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 from experiments.symmetry import learns_where_answers_come_from
 
 NAME = "param_explosion"
@@ -120,21 +120,16 @@ def get_config(size="quick"):
   if size == "tiny":
     c.compared, c.matched_to = ("diagonal", "full"), ("diagonal",)  # full faces a smaller sum
     c.d_model, c.seq_len, c.num_kv_pairs, c.num_layers = 4, 8, 2, 1
-    c.learning_rates = (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
-    c.num_examples, c.num_test_examples = 64, 32
+    sizes.tiny(c, learning_rates=(3e-3, 1e-2))
   elif size == "full":
     c.d_model, c.compared, c.matched_to = 12, ("diagonal", "full"), ("diagonal", "full")
-    c.learning_rates, c.lr_cap, c.step_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2), 1600
+    sizes.full(c, step_cap=1600)
   elif size == "accel":
     c.d_model, c.compared, c.matched_to = 32, ("diagonal", "full"), ("diagonal", "full")
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 6000, 250, 500
-    c.step_cap = 12_000
-    c.num_examples, c.num_test_examples = 100_000, 1024
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=6000, num_test_examples=1024)
+  else:
+    sizes.check(size)
   return c
 
 

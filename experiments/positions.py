@@ -42,7 +42,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import data
 from jaxformer.analysis import position_probe
 
@@ -118,21 +118,15 @@ def get_config(size="quick"):
   c.data_seed = 0
   if size == "tiny":
     c.copy_lens, c.seq_len, c.d_model = (3,), 8, 8
-    c.learning_rates = (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 8, 4, 2, 1, 4
-    c.num_examples, c.num_test_examples = 64, 32
+    sizes.tiny(c, learning_rates=(3e-3, 1e-2))
   elif size == "full":
     c.copy_lens, c.seq_len = (6, 10), 24
-    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
-    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1000, 100, 100, 2000
+    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100)
   elif size == "accel":
     c.copy_lens, c.vocab_size, c.seq_len, c.d_model = (32,), 64, 128, 128
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
-    c.step_cap = 16_000
-    c.num_examples, c.num_test_examples = 100_000, 1024
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=8000, num_test_examples=1024)
+  else:
+    sizes.check(size)
   return c
 
 

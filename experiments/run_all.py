@@ -4,6 +4,7 @@
   python -m experiments.run_all --size full --workdir runs/full    # the full grids
   python -m experiments.run_all --only fixed_memory,cache --size tiny
   python -m experiments.fixed_memory --workdir runs/fixed_memory   # one experiment alone
+  python -m experiments.heads --size tiny --config.confirmatory_seeds='(0,)'  # overridden
 
 Sizes: tiny (the tests: seconds), quick (`make run`: budget 10 minutes on 2 CPU cores for
 all of them; 3 confirmatory + 1 exploratory seeds per trained arm, one learning rate, no
@@ -17,10 +18,11 @@ step cap: an honest verdict at quick), INCONCLUSIVE (a control failed, or the fa
 was accepted); the summary prints each experiment's plateau count and what its verdict rests
 on. An experiment that crashes is reported as UNRESOLVED with its error and the others still
 run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same verdicts (up
-to timing measurements, which the report marks as such).
+to timing measurements, which the report marks as such). One experiment alone takes
+`--config.FIELD=VALUE` overrides of its config at the size; its results record that the
+config is not the registered design's (`config_as_registered`).
 """
 
-import argparse
 import concurrent.futures
 import gzip
 import importlib
@@ -31,7 +33,9 @@ import sys
 import time
 import traceback
 
-from experiments import protocol, report
+from absl import flags
+
+from experiments import cli, protocol, report
 from jaxformer import compile_cache
 
 EXPERIMENTS = (
@@ -58,11 +62,12 @@ def experiment(name):
   return importlib.import_module(f"experiments.{name}")
 
 
-def run_one(module, size, workdir):
-  """Runs one experiment module; a crash becomes an UNRESOLVED result that names the error."""
+def run_one(module, size, workdir, config=None):
+  """Runs one experiment module (at `config`, default its config at `size`); a crash becomes
+  an UNRESOLVED result that names the error."""
   start, cpu = time.time(), time.process_time()
   try:
-    config = module.get_config(size)
+    config = module.get_config(size) if config is None else config
     result = protocol.run(module, config, workdir, size)
   except Exception as e:  # report it and keep going: nothing else is lost
     traceback.print_exc()
@@ -182,41 +187,47 @@ def plateau_line(result):
   )
 
 
-def _parser(single):
-  parser = argparse.ArgumentParser(
-    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _define(values, argv, single):
+  flags.DEFINE_string("workdir", "runs/ladder", "Where report.md and plots go.", flag_values=values)
+  flags.DEFINE_enum(
+    "size", "quick", SIZES, "tiny (tests), quick (make run), full, accel.", flag_values=values
   )
-  parser.add_argument("--workdir", default="runs/ladder", help="where report.md and plots go")
-  parser.add_argument(
-    "--size", default="quick", choices=SIZES, help="tiny (tests), quick (make run), full, accel"
+  if single:
+    size = cli.pre_parse(argv, "size", "quick", SIZES)
+    help_string = f"The config of {single} at --size (--config.FIELD=VALUE sets a field)."
+    cli.config_flag(values, argv, "config", experiment(single).get_config(size), help_string)
+    return
+  flags.DEFINE_list("only", [], "Comma-separated experiment names.", flag_values=values)
+  flags.DEFINE_integer(
+    "jobs",
+    1,
+    "Experiments run at once, each in its own process on the CPU (`make run`: 2); keep 1 on "
+    "a GPU or TPU host, whose device one process holds.",
+    lower_bound=1,
+    flag_values=values,
   )
-  if not single:
-    parser.add_argument("--only", default="", help="comma-separated experiment names")
-    parser.add_argument(
-      "--jobs",
-      type=int,
-      default=1,
-      help="experiments run at once, each in its own process on the CPU (`make run`: 2); "
-      "keep 1 on a GPU or TPU host, whose device one process holds",
-    )
-  return parser
 
 
 def main(argv=None, single=None):
-  args = _parser(single).parse_args(argv)
-  names = [single] if single else [n for n in args.only.split(",") if n] or list(EXPERIMENTS)
+  """`python -m experiments.run_all` (or, with `single`, one experiment's command line);
+  argv: the arguments after the program name (None: sys.argv's). Returns the exit code."""
+  doc = __doc__ if not single else f"{experiment(single).__doc__.strip()}\n\n{__doc__}"
+  values, rest = cli.command_line(doc, lambda v, a: _define(v, a, single), argv)
+  if rest:
+    cli.usage_error(f"unexpected arguments {rest}")
+  size, workdir = values.size, values.workdir
+  names = [single] if single else values.only or list(EXPERIMENTS)
   unknown = [n for n in names if n not in EXPERIMENTS]
   if unknown:
-    print(f"error: --only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}")
-    return 2
-  jobs = getattr(args, "jobs", 1)
-  if jobs < 1:
-    print(f"error: --jobs: must be at least 1, got {jobs}")
-    return 2
+    cli.usage_error(
+      f"--only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}"
+    )
+  config = values.config if single else None
+  jobs = 1 if single else values.jobs
   start = time.time()
   results = []
   if jobs > 1 and len(names) > 1:
-    print(f"{len(names)} experiments (size={args.size}), {jobs} at once ...", flush=True)
+    print(f"{len(names)} experiments (size={size}), {jobs} at once ...", flush=True)
 
     def finished(name, result):
       results.append(result)
@@ -225,22 +236,22 @@ def main(argv=None, single=None):
         f"({result.cpu_seconds:.0f} CPU s)",
         flush=True,
       )
-      report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
+      report.write(results, workdir)  # rewrite after each: a crash later loses nothing
 
-    results = run_parallel(names, args.size, args.workdir, jobs, finished)
+    results = run_parallel(names, size, workdir, jobs, finished)
   else:
     compile_cache.enable()
     for i, name in enumerate(names, 1):
-      print(f"[{i}/{len(names)}] {name} (size={args.size}) ...", flush=True)
-      result = run_one(experiment(name), args.size, args.workdir)
+      print(f"[{i}/{len(names)}] {name} (size={size}) ...", flush=True)
+      result = run_one(experiment(name), size, workdir, config)
       results.append(result)
       print(
         f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
         f"({result.cpu_seconds:.0f} CPU s)",
         flush=True,
       )
-      report.write(results, args.workdir)  # rewrite after each: a crash later loses nothing
-  path = report.write(results, args.workdir)
+      report.write(results, workdir)  # rewrite after each: a crash later loses nothing
+  path = report.write(results, workdir)
   print(
     f"\n{report.tally(results)}: {sum(r.seconds for r in results):.0f} s of experiments"
     f" ({sum(r.cpu_seconds for r in results):.0f} CPU s) in {time.time() - start:.0f} s wall"

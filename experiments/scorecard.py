@@ -8,9 +8,13 @@ the hardware. This runs one battery on any sequence mixer (jaxformer.mixers: a L
 pre-norm, split skip, MLP, embeddings), so that only the mixer differs:
 
   python -m experiments.scorecard --workdir runs/scorecard                    # the built-ins
-  python -m experiments.scorecard --mixer=path/to/my_mixer.py:MyMixer \\
+  python -m experiments.scorecard --mixer_class=path/to/my_mixer.py:MyMixer \\
     --mixer.num_heads=2 --size quick --workdir runs/scorecard_mine
-  python -m experiments.scorecard --mixer=mypackage.mixers:MyMixer --builtins=softmax,gated
+  python -m experiments.scorecard --mixer_class=mypackage.mixers:MyMixer --builtins=softmax,gated
+  python -m experiments.scorecard --size tiny --config.seeds='(0,)'   # a field of the config
+
+`--mixer.FIELD=VALUE` sets a field of the mixer (a Python literal, else a string; `true` and
+`false` are booleans) and `--config.FIELD=VALUE` a field of the scorecard's config at --size.
 
   from experiments import scorecard
   card = scorecard.run(mixer=MyMixer, fields={"num_heads": 2}, size="tiny", workdir="/tmp/s")
@@ -60,8 +64,6 @@ protocol.FULL_LEARNING_RATES), accel (Zoology's V = 8192 setting, L up to 256 tr
 Measured numbers: docs/experiments.md.
 """
 
-import argparse
-import ast
 import inspect
 import json
 import math
@@ -72,7 +74,7 @@ import time
 import ml_collections
 import numpy as np
 
-from experiments import harness, orderings, protocol, report
+from experiments import cli, harness, orderings, protocol, report, sizes
 from jaxformer import ladder, mixers
 from jaxformer.mixers import plug
 
@@ -144,14 +146,14 @@ def get_config(size="quick"):
     c.widths, c.vocab_size = (64, 128, 256), 8192
     c.recall = ((4, 64), (8, 128), (16, 256))
     c.noisy, c.selective_copy, c.needle = (16, 256), (16, 256, 16), (256, (4, 12, 240))
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
+    c.learning_rates = sizes.ACCEL_LEARNING_RATES
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
     c.num_examples, c.num_test_examples = 100_000, 2000
     c.depth_lengths = (64, 512, 4096, 16384)
     c.state_lengths = (256, 4096, 16384, 65536)
     c.cost_lengths, c.cost_batch = (1024, 4096, 16384), 8
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+  else:
+    sizes.check(size)
   return c
 
 
@@ -699,60 +701,48 @@ def _task_states(config, cands):
 # --- the command line --------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-  def error(self, message):
-    self.exit(USAGE, f"error: {message}\n")
+def _define(values, argv):
+  define = cli.definer(values)
 
-
-def parse_value(text):
-  """A field value from the command line: JSON or a Python literal, else the string."""
-  for parse in (json.loads, ast.literal_eval):
-    try:
-      return parse(text)
-    except (ValueError, SyntaxError):
-      pass
-  return text
-
-
-def parse_args(argv):
-  parser = _Parser(
-    description=__doc__.splitlines()[0],
-    epilog="--mixer.FIELD=VALUE sets a field of the mixer (JSON or a Python literal).",
-  )
-  parser.add_argument("--mixer", help="'package.module:Class' or 'path/to/file.py:Class'")
-  parser.add_argument("--size", default="quick", choices=protocol.SIZES)
-  parser.add_argument("--workdir", default="runs/scorecard")
-  parser.add_argument("--builtins", help="comma-separated built-ins (default: all of them)")
-  parser.add_argument(
-    "--state_sweep", action="store_true", help="each built-in at several state sizes"
-  )
-  parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
-  args, rest = parser.parse_known_args(argv)
-  fields = {}
-  for item in rest:
-    key, sep, value = item.partition("=")
-    if not key.startswith("--mixer.") or not sep or len(key) == len("--mixer."):
-      parser.error(f"unrecognized argument {item!r} (mixer fields: --mixer.FIELD=VALUE)")
-    fields[key[len("--mixer.") :]] = parse_value(value)
-  return args, fields
+  define("string", "mixer_class", None, "'package.module:Class' or 'path/to/file.py:Class'.")
+  define("enum", "size", "quick", "tiny (tests), quick, full, accel.", protocol.SIZES)
+  define("string", "workdir", "runs/scorecard", "Where scorecard.md, .json and the plots go.")
+  define("list", "builtins", None, "Comma-separated built-ins (default: all of them).")
+  define("bool", "state_sweep", False, "Each built-in at several state sizes.")
+  define("bool", "debug", False, "Show tracebacks of usage errors.")
+  given = [a for a in argv[1:] if a.startswith("--mixer=")]
+  if given:
+    raise cli.UsageError(
+      f"{given[0]}: the mixer is --mixer_class={given[0][len('--mixer=') :]}; "
+      "--mixer.FIELD=VALUE sets its fields"
+    )
+  size = cli.pre_parse(argv, "size", "quick", protocol.SIZES)
+  help_string = "The scorecard's config at --size (--config.FIELD=VALUE sets a field)."
+  cli.config_flag(values, argv, "config", get_config(size), help_string)
+  help_string = "Fields of the mixer: --mixer.FIELD=VALUE (a Python literal, else a string)."
+  cli.config_flag(values, argv, "mixer", ml_collections.ConfigDict(), help_string, new_fields=True)
 
 
 def main(argv=None):
-  args, fields = parse_args(sys.argv[1:] if argv is None else argv)
-  config = get_config(args.size)
-  if args.builtins is not None:
-    config.builtins = tuple(b for b in args.builtins.split(",") if b)
-  if args.state_sweep:
+  """`python -m experiments.scorecard`; argv: the arguments after the program name (None:
+  sys.argv's). Returns the exit code."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  if rest:
+    cli.usage_error(f"unexpected arguments {rest} (mixer fields: --mixer.FIELD=VALUE)")
+  config, fields = values.config, values.mixer.to_dict()
+  if values.builtins is not None:
+    config.builtins = tuple(values.builtins)
+  if values.state_sweep:
     config.state_sweep = True
   try:
-    card = run(args.mixer, fields, args.size, args.workdir, config)
+    card = run(values.mixer_class, fields, values.size, values.workdir, config)
   except (mixers.MixerError, ladder.ConfigError) as e:
-    if args.debug:
+    if values.debug:
       raise
-    print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+    print(f"error: {cli.first_line(e)}", file=sys.stderr)
     return USAGE
   print(report.markdown_table(card["table"]))
-  print(f"scorecard: {os.path.join(args.workdir, 'scorecard.md')}")
+  print(f"scorecard: {os.path.join(values.workdir, 'scorecard.md')}")
   return 0
 
 

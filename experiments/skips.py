@@ -36,7 +36,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 
 NAME = "skips"
 CLAIM = (
@@ -108,27 +108,19 @@ def get_config(size="quick"):
     c.task, c.seq_len, c.d_model = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2", 8, 8
     c.depths = ((1, ("no_skip",)), (2, ("no_skip", "residual")))
     c.exploratory_seeds, c.confirmatory_seeds, c.learning_rates = (100,), (0,), (3e-3, 1e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 4, 2, 1
-    c.step_cap = 4
-    c.num_examples, c.num_test_examples = 64, 32
+    sizes.tiny(c)
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    c.learning_rates = protocol.FULL_LEARNING_RATES
-    c.lr_cap = (1e-4, 3e-2)
-    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1000, 100, 100, 2000
+    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100)
   elif size == "accel":
     c.task = "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8"
     c.vocab_size, c.seq_len, c.d_model = 256, 64, 128
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8, 16))
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    c.learning_rates = tuple(np.logspace(-4, -2, 4).round(6))
-    c.lr_cap = (1e-5, 3e-2)
-    c.step_cap = 16000
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
-    c.num_examples, c.num_test_examples = 100_000, 1024
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=8000, num_test_examples=1024)
+  else:
+    sizes.check(size)
   return c
 
 

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import harness, protocol, report, run_all
+from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import data
 from jaxformer.analysis import receivers, similarity
 
@@ -167,13 +167,10 @@ def get_config(size="quick"):
   c.far_offset = 4  # k of the contrast cos(s_L, s_L+1) - cos(s_L, s_L+k)
   if size == "tiny":
     c.tasks.mqar, c.seq_len = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2", 8
-    c.d_model, c.learning_rates = 16, (3e-3, 1e-2)
-    c.total_steps, c.eval_every, c.warmup_steps, c.batch_size, c.step_cap = 4, 2, 1, 8, 4
-    c.num_examples, c.num_test_examples, c.probe_batch, c.far_offset = 64, 32, 8, 2
+    sizes.tiny(c, d_model=16, learning_rates=(3e-3, 1e-2), probe_batch=8, far_offset=2)
   elif size == "full":
     c.tasks.induction = "induction:vocab_size=16,seq_len=16"
-    c.learning_rates, c.lr_cap = protocol.FULL_LEARNING_RATES, (1e-4, 3e-2)
-    c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1500, 100, 100, 3000
+    sizes.full(c, total_steps=1500, eval_every=100, warmup_steps=100)
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
       {
@@ -182,12 +179,9 @@ def get_config(size="quick"):
       }
     )
     c.vocab_size, c.seq_len, c.d_model, c.far_offset = 256, 64, 128, 8
-    c.learning_rates, c.lr_cap = tuple(np.logspace(-4, -2, 4).round(6)), (1e-5, 3e-2)
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 8000, 250, 500
-    c.step_cap = 16_000
-    c.num_examples, c.num_test_examples, c.probe_batch = 100_000, 1024, 256
-  elif size != "quick":
-    raise ValueError(f"size={size!r}: expected one of {', '.join(protocol.SIZES)}")
+    sizes.accel(c, total_steps=8000, num_test_examples=1024, probe_batch=256)
+  else:
+    sizes.check(size)
   return c
 
 

@@ -11,14 +11,15 @@ replica), so a single experiment can be rerun and its file replaced. Each table 
 is typed by hand, and tests/test_tables.py fails when a table disagrees with its files.
 """
 
-import argparse
 import gzip
 import json
 import os
 import re
 import sys
 
-from experiments import designs, harness, protocol, run_all
+from absl import flags
+
+from experiments import cli, designs, harness, protocol, run_all
 
 RESULTS = os.path.join(harness.REPO_ROOT, "results")
 DOCUMENTS = (
@@ -142,20 +143,22 @@ def drifted(documents=DOCUMENTS, results=RESULTS, registry=None):
   return out
 
 
+def _define(values, argv):
+  flags.DEFINE_string("add", None, "A results.json whose entries to file.", flag_values=values)
+  flags.DEFINE_bool("check", False, "Exit 1 if a table drifted.", flag_values=values)
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-  )
-  parser.add_argument("--add", default="", help="a results.json whose entries to file")
-  parser.add_argument("--check", action="store_true", help="exit 1 if a table drifted")
-  args = parser.parse_args(argv)
-  if args.add:
-    if not os.path.exists(args.add):
-      print(f"error: --add: no such file {args.add}")
-      return 2
-    for p in add(args.add):
+  """argv: the arguments after the program name (None: sys.argv's); returns the exit code."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  if rest:
+    cli.usage_error(f"unexpected arguments {rest}")
+  if values.add:
+    if not os.path.exists(values.add):
+      cli.usage_error(f"--add={values.add}: no such file")
+    for p in add(values.add):
       print(f"filed {os.path.relpath(p, harness.REPO_ROOT)}")
-  if args.check:
+  if values.check:
     bad = drifted()
     for doc in bad:
       print(f"{doc}: its results tables disagree with results/ (run python -m experiments.tables)")

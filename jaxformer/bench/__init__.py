@@ -9,8 +9,6 @@ entry there. Helpers here time a jitted function and read its compiled memory.
 import dataclasses
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
 
 import jax
@@ -93,17 +91,12 @@ def available_memory_bytes():
 
 
 def time_compiled(compiled, args, repeats=3):
-  """Median wall seconds of `compiled(*args)` over `repeats` runs after one warm-up run,
-  the list of wall times, and the median CPU seconds of this process per run (all its
-  threads; on a shared machine less disturbed by other processes than wall time)."""
-  jax.block_until_ready(compiled(*args))
-  times, cpu_times = [], []
-  for _ in range(repeats):
-    start, cpu_start = time.perf_counter(), time.process_time()
-    jax.block_until_ready(compiled(*args))
-    times.append(time.perf_counter() - start)
-    cpu_times.append(time.process_time() - cpu_start)
-  return statistics.median(times), times, statistics.median(cpu_times)
+  """Median wall seconds of `compiled(*args)` over `repeats` runs after one warm-up run, the
+  list of wall times, and the median process CPU seconds per run (metrics.time_calls)."""
+  from jaxformer.train import metrics
+
+  timed = metrics.time_calls(lambda: compiled(*args), repeats, warmup=True)
+  return timed.median, list(timed.wall), timed.median_cpu
 
 
 def format_table(rows, columns):

@@ -12,13 +12,12 @@ latency(2048) <= 1.3 x latency(64), and cached >= 10x faster than recompute at P
 """
 
 import functools
-import statistics
-import time
 
 import jax
 
 from jaxformer import decode, ladder
 from jaxformer.bench import BenchError, Suite, check_choice, check_positive
+from jaxformer.train import metrics
 
 POSITIONS = (64, 256, 1024, 2048)
 CHUNK = 64  # prefill in chunks of this many tokens: one compiled prefill for every P
@@ -37,17 +36,6 @@ def model_config(size, max_len):
     c[field] = value
   c.max_len = max_len
   return c
-
-
-def _best_of(fn, repeats):
-  """(best wall seconds, median process CPU seconds) of `repeats` calls of fn()."""
-  walls, cpus = [], []
-  for _ in range(repeats):
-    wall, cpu = time.perf_counter(), time.process_time()
-    jax.block_until_ready(fn())
-    walls.append(time.perf_counter() - wall)
-    cpus.append(time.process_time() - cpu)
-  return min(walls), statistics.median(cpus)
 
 
 def run(model_size="gpt_small", positions=POSITIONS, repeats=10, batch=1):
@@ -80,20 +68,20 @@ def run(model_size="gpt_small", positions=POSITIONS, repeats=10, batch=1):
       logits, state["cache"] = step(params, state["cache"], token_B1)
       return logits
 
-    cached, cached_cpu = _best_of(one_token, repeats)
+    cached = metrics.time_calls(one_token, repeats)
     prefix = tokens_BL[:, : position + 1]
     jax.block_until_ready(forward(params, prefix))  # compile
-    recompute, recompute_cpu = _best_of(
+    recompute = metrics.time_calls(
       lambda prefix=prefix: forward(params, prefix), max(3, repeats // 3)
     )
     rows.append(
-      {
+      {  # wall: the best call; CPU: the median
         "position": position,
-        "cached_ms": 1e3 * cached,
-        "recompute_ms": 1e3 * recompute,
-        "speedup": recompute / cached,
-        "cached_cpu_ms": 1e3 * cached_cpu,
-        "recompute_cpu_ms": 1e3 * recompute_cpu,
+        "cached_ms": 1e3 * cached.best,
+        "recompute_ms": 1e3 * recompute.best,
+        "speedup": recompute.best / cached.best,
+        "cached_cpu_ms": 1e3 * cached.median_cpu,
+        "recompute_cpu_ms": 1e3 * recompute.median_cpu,
         "cache_slots": max_len,
       }
     )
@@ -133,7 +121,7 @@ def _generate_rate(model, params, prompt_BL, steps=128):
   """Sampled tokens per second of `generate` (one compiled scan), prompt of 64 tokens."""
   run_once = lambda: decode.generate(model, params, prompt_BL, steps=steps, rng=jax.random.key(1))  # noqa: E731
   jax.block_until_ready(run_once())
-  return steps * prompt_BL.shape[0] / _best_of(run_once, 3)[0]
+  return steps * prompt_BL.shape[0] / metrics.time_calls(run_once, 3).best
 
 
 SUITE = Suite(

@@ -96,9 +96,8 @@ def _flops(lhs, rhs, contracting, batch):
 
 
 def _best(fn, repeats, calls):
-  """metrics.best_seconds after one warm-up call."""
-  jax.block_until_ready(fn())
-  return metrics.best_seconds(fn, repeats, calls)
+  """Best wall seconds per call after one warm-up call (metrics.time_calls)."""
+  return metrics.time_calls(fn, repeats, calls, warmup=True).best
 
 
 def _torch_matmul(lhs, rhs, contracting, batch):

@@ -166,7 +166,7 @@ def _batch(c, n, shape, put):
 
 def step_seconds(compiled, c, n, shape, steps, repeats):
   """Best (wall, process CPU) seconds per program step of the train step on one fixed batch
-  (all replicas on), each the best of `repeats` loops of `steps` steps."""
+  (all replicas on), each the best of the same `repeats` loops of `steps` steps."""
   state, hyper, put = _state(compiled, n, c)
   batch = _batch(c, n, shape, put)
   active = put(np.ones(n, bool))
@@ -179,8 +179,8 @@ def step_seconds(compiled, c, n, shape, steps, repeats):
     box["state"] = s
     return loss
 
-  wall = metrics.best_seconds(window, repeats) / steps
-  return wall, metrics.best_seconds(window, repeats, clock=time.process_time) / steps
+  timed = metrics.time_calls(window, repeats)
+  return timed.best / steps, timed.best_cpu / steps
 
 
 def run(

@@ -49,10 +49,36 @@ def parse(raw):
 
 
 class Faults:
-  """The points of one training run, read from the environment when the run starts."""
+  """The points of one training run, read from the environment when the run starts: the
+  training loop's hooks (jaxformer.train.loop.Hooks), each acting on the points listed."""
 
   def __init__(self, raw=None):
     self.points = parse(os.environ.get(ENV) if raw is None else raw)
+
+  # --- loop.Hooks ---------------------------------------------------------------------------
+
+  def started(self, step):
+    self.kill("init", step)
+    self.terminate("term", step)
+
+  def batch(self, batch, step, vocab_size):
+    return self.poison(batch, step, vocab_size)
+
+  def stepped(self, step):
+    self.kill("step", step)
+
+  def evaluated(self, step):
+    self.kill("eval", step)
+
+  def saving(self, step, ckpt):
+    self.fill_disk(step, before=ckpt.wait)
+
+  def saved(self, step, ckpt):
+    self.after_save(step, ckpt.settle)
+    self.kill("save", step)
+    self.kill("saved", step, before=ckpt.wait)
+
+  # --- the faults -----------------------------------------------------------------------------
 
   def kill(self, phase, step, before=None):
     """SIGKILL this process at (phase, step) if listed, after calling `before`."""

@@ -41,13 +41,39 @@ class NonFiniteError(RuntimeError):
   """Training produced a non-finite loss or gradient; the message names the step."""
 
 
-def train(config, workdir=None, profile_steps=0):
+class Hooks:
+  """Named points of a training run where a caller may act (train's `hooks`), in the order the
+  loop reaches them; each does nothing here. jaxformer.train.faults.Faults, the reliability
+  tests' crashes (JAXFORMER_FAULT_AT), is the one that acts."""
+
+  def started(self, step):
+    """The state is created (step 0) or restored (its step), before the first step compiles."""
+
+  def batch(self, batch, step, vocab_size):
+    """The host batch of step `step`, before it goes to the devices: returns the one to use."""
+    return batch
+
+  def stepped(self, step):
+    """Step `step` dispatched, before its metrics are read."""
+
+  def evaluated(self, step):
+    """The eval at `step` computed, its record not yet written."""
+
+  def saving(self, step, ckpt):
+    """Just before the save of `step` (ckpt: the run's Checkpointer)."""
+
+  def saved(self, step, ckpt):
+    """The save of `step` dispatched: its async write may be in flight."""
+
+
+def train(config, workdir=None, profile_steps=0, hooks=None):
   """Trains `config` (fields: jaxformer/train/config.py); returns a summary dict.
 
   profile_steps > 0 (needs a workdir): a `jax.profiler` trace of that many steps, from the
   step after the first (which compiles), in WORKDIR/profile: TensorBoard's profile plugin
   reads it (`tensorboard --logdir WORKDIR/profile`), and the `*.trace.json.gz` beside it
-  opens in ui.perfetto.dev.
+  opens in ui.perfetto.dev. hooks: a Hooks (default: faults.Faults(), inert unless
+  JAXFORMER_FAULT_AT is set).
 
   Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
   final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,
@@ -70,11 +96,11 @@ def train(config, workdir=None, profile_steps=0):
     # From here on SIGTERM asks for a clean stop, even before the first step (data, restore,
     # compilation): the loop then saves the state it has and returns `preempted`.
     preempted = stack.enter_context(_preemption_watch(enabled=workdir is not None))
-    return _train(config, workdir, profile_steps, preempted)
+    hooks = faults_lib.Faults() if hooks is None else hooks
+    return _train(config, workdir, profile_steps, preempted, hooks)
 
 
-def _train(config, workdir, profile_steps, preempted):
-  faults = faults_lib.Faults()  # test-only crash points; inert unless JAXFORMER_FAULT_AT
+def _train(config, workdir, profile_steps, preempted, hooks):
   lead = jax.process_index() == 0
 
   # --- mesh -------------------------------------------------------------------------------
@@ -141,8 +167,7 @@ def _train(config, workdir, profile_steps, preempted):
       f"{config.rung} on {config.task}: {sharding.describe(mesh)}, "
       f"{'resumed at step ' + str(first_step) if restored else 'from scratch'}"
     )
-    faults.kill("init", first_step)
-    faults.terminate("term", first_step)
+    hooks.started(first_step)
 
     # --- loop -------------------------------------------------------------------------------
     losses, evals = [], []
@@ -190,7 +215,7 @@ def _train(config, workdir, profile_steps, preempted):
         stop_reason = "preempted"  # SIGTERM before the first step: save what was restored
         progress.message(f"preempted before step {s + 1}: saving step {s}, exiting")
       while s < config.total_steps and stop_reason == "completed":
-        local = faults.poison(next(loader), s + 1, config.model.vocab_size)
+        local = hooks.batch(next(loader), s + 1, config.model.vocab_size)
         batch = data.to_global(local, program.batch_sharding, config.batch_size)
         if s == first_step:  # one all-gather: replicas of a batch shard hold the same rows
           data.check_replicas(batch)
@@ -198,7 +223,7 @@ def _train(config, workdir, profile_steps, preempted):
         state, device_metrics = program.train_step(state, batch)
         s += 1
         trace.after_step(s, device_metrics)
-        faults.kill("step", s)
+        hooks.stepped(s)
         if ckpt is not None:
           ckpt.check()  # a failed async save stops the run within a step, naming it
         if pending is not None:
@@ -217,7 +242,7 @@ def _train(config, workdir, profile_steps, preempted):
         # --- eval ---------------------------------------------------------------------------
         if due_eval:
           result = _evaluate(program, state["params"], test_ds, config, shard)
-          faults.kill("eval", s)
+          hooks.evaluated(s)
           evals.append((s, result["eval_loss"], result["eval_accuracy"]))
           writer.write(s, result)
           progress.message(
@@ -230,11 +255,9 @@ def _train(config, workdir, profile_steps, preempted):
 
         # --- save ---------------------------------------------------------------------------
         if due_save or (ckpt is not None and (stop_now or stop_reason != "completed")):
-          faults.fill_disk(s, before=ckpt.wait)
+          hooks.saving(s, ckpt)
           _save(ckpt, s, state, loader, skipped)
-          faults.after_save(s, ckpt.settle)
-          faults.kill("save", s)
-          faults.kill("saved", s, before=ckpt.wait)
+          hooks.saved(s, ckpt)
         clock["paused"] += time.perf_counter() - paused_at
         if stop_now:
           stop_reason = "preempted"
@@ -256,22 +279,24 @@ def _train(config, workdir, profile_steps, preempted):
 
   return _summary(
     config,
-    first_step,
-    s,
-    losses,
-    evals,
-    clock,
-    tokens_per_step,
-    flops,
-    peak,
-    skipped,
-    stop_reason,
     state,
+    first_step=first_step,
+    final_step=s,
+    losses=losses,
+    evals=evals,
+    clock=clock,
+    tokens_per_step=tokens_per_step,
+    flops=flops,
+    peak=peak,
+    skipped=skipped,
+    stop_reason=stop_reason,
   )
 
 
 def _summary(
   config,
+  state,
+  *,
   first_step,
   final_step,
   losses,
@@ -282,8 +307,8 @@ def _summary(
   peak,
   skipped,
   stop_reason,
-  state,
 ):
+  """train's summary (see its docstring); flops: per token, peak: FLOP/s."""
   steps_per_sec = math.nan
   if clock["first"] is not None and clock["end"][0] > clock["first"][0]:
     (s0, t0), (s1, t1) = clock["first"], clock["end"]

@@ -22,11 +22,13 @@ An accelerator missing from the table falls back to the measured peak and says s
 (`peak_source`); `peak_flops_per_device` in the config overrides both.
 """
 
+import dataclasses
 import functools
 import importlib.util
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -88,34 +90,62 @@ def flops_per_token(rung, model_config, seq_len, matmul_params):
   return 6 * matmul_params + mixer_layers * per_layer
 
 
-def matmul_flops(mesh, size, dtype, repeats=5, clock=time.perf_counter):
-  """FLOP per second of `clock` of a square matmul on every device of `mesh` at once (best
-  of `repeats`): the rows of a (size x devices) x size operand are split over the devices,
-  so each multiplies its own size x size block. `clock`: wall time (time.perf_counter) or
-  process CPU time (time.process_time, all threads)."""
+def matmul_flops(mesh, size, dtype, repeats=5, cpu=False):
+  """FLOP per wall second (with cpu: per second of process CPU time, all threads) of a square
+  matmul on every device of `mesh` at once (best of `repeats`): the rows of a
+  (size x devices) x size operand are split over the devices, so each multiplies its own
+  size x size block."""
   accel = mesh.devices.flat[0].platform != "cpu"
   rows, replicated = NamedSharding(mesh, P(mesh.axis_names[0])), NamedSharding(mesh, P())
   key_a, key_b = jax.random.split(jax.random.key(size))
   a = jax.device_put(jax.random.normal(key_a, (size * mesh.size, size), dtype), rows)
   b = jax.device_put(jax.random.normal(key_b, (size, size), dtype), replicated)
   matmul = jax.jit(jnp.matmul, out_shardings=rows)
-  jax.block_until_ready(matmul(a, b))
   calls = 10 if accel else 1  # amortize dispatch where a matmul takes a millisecond
-  best = best_seconds(lambda: matmul(a, b), repeats, calls, clock)
-  return 2 * size**3 * mesh.size / max(best, 1e-9)
+  timed = time_calls(lambda: matmul(a, b), repeats, calls, warmup=True)
+  return 2 * size**3 * mesh.size / max(timed.best_cpu if cpu else timed.best, 1e-9)
 
 
-def best_seconds(fn, repeats, calls=1, clock=time.perf_counter):
-  """The fewest seconds of `clock` per call of `fn()` over `repeats` loops of `calls` calls,
-  each loop waiting for its last result (jax arrays, or anything else as it is)."""
-  best = math.inf
+@dataclasses.dataclass(frozen=True)
+class Timings:
+  """Seconds per call in each timed loop of time_calls: wall clock, and process CPU time (all
+  of this process's threads; on a shared machine less disturbed by other processes)."""
+
+  wall: tuple
+  cpu: tuple
+
+  @property
+  def best(self):
+    return min(self.wall)
+
+  @property
+  def best_cpu(self):
+    return min(self.cpu)
+
+  @property
+  def median(self):
+    return statistics.median(self.wall)
+
+  @property
+  def median_cpu(self):
+    return statistics.median(self.cpu)
+
+
+def time_calls(fn, repeats, calls=1, warmup=False):
+  """The one timer of the loop and the benchmarks: Timings of `repeats` loops of `calls`
+  calls of fn(), each loop waiting for its last result (jax arrays, or anything else as it
+  is); with warmup, one untimed call first (the compile)."""
+  if warmup:
+    jax.block_until_ready(fn())
+  wall, cpu = [], []
   for _ in range(repeats):
-    start = clock()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(calls):
       out = fn()
     jax.block_until_ready(out)
-    best = min(best, (clock() - start) / calls)
-  return best
+    wall.append((time.perf_counter() - start) / calls)
+    cpu.append((time.process_time() - cpu_start) / calls)
+  return Timings(tuple(wall), tuple(cpu))
 
 
 @functools.cache
@@ -245,6 +275,8 @@ def _summary_writer():
   tensorboardX imports torch when it is installed (only to accept torch tensors; we pass
   floats), which is the slowest import of a training process (~2 s of a ~4 s start on a
   2-core CPU). Hiding torch during that import skips it; torch stays importable afterwards.
+  There is no public switch for this; tests/train/test_metrics.py fails when tensorboardX
+  stops trying torch at import (then this can go) or when hiding it stops working.
   """
   hide = "torch" not in sys.modules
   if hide:

@@ -143,28 +143,40 @@ class Program:
 
 _PROGRAMS = {}
 _MAX_PROGRAMS = 8
+# The training fields build's programs bake in (the optimizer's schedule and settings).
+_OPTIMIZER_FIELDS = (
+  "learning_rate",
+  "end_learning_rate_factor",
+  "warmup_steps",
+  "total_steps",
+  "weight_decay",
+  "adam_b1",
+  "adam_b2",
+  "grad_clip_norm",
+  "grad_accum_steps",
+)
+
+
+def cache_key(config, fields, *compiled_for):
+  """The key of a compiled program of `config` (build's cache here, and the sweep's): its
+  rung, its model config, the training `fields` the program bakes in, then what it was
+  compiled for (mesh, batch shapes, replicas)."""
+  model = config.model.to_json(sort_keys=True)
+  return (config.rung, model, tuple(config[f] for f in fields), *compiled_for)
+
+
+def remember(cache, key, value, max_entries):
+  """cache[key] = value (returned), the oldest entry dropped first when `cache` (a dict, in
+  insertion order) holds max_entries."""
+  if len(cache) >= max_entries:
+    cache.pop(next(iter(cache)))
+  cache[key] = value
+  return value
 
 
 def build(config, mesh, batch_shape):
   """The jitted init / train / eval for this config, reused across calls with equal keys."""
-  opt_fields = (
-    "learning_rate",
-    "end_learning_rate_factor",
-    "warmup_steps",
-    "total_steps",
-    "weight_decay",
-    "adam_b1",
-    "adam_b2",
-    "grad_clip_norm",
-    "grad_accum_steps",
-  )
-  key = (
-    config.rung,
-    config.model.to_json(sort_keys=True),
-    tuple(config[f] for f in opt_fields),
-    mesh,
-    batch_shape,
-  )
+  key = cache_key(config, _OPTIMIZER_FIELDS, mesh, batch_shape)
   if key in _PROGRAMS:
     return _PROGRAMS[key]
   unsized = [f for f in SIZED_FIELDS if config.model[f] is None]
@@ -191,7 +203,4 @@ def build(config, mesh, batch_shape):
     eval_step=step.jit_eval_step(model, shardings["params"], batch_sharding),
     batch_sharding=batch_sharding,
   )
-  if len(_PROGRAMS) >= _MAX_PROGRAMS:
-    _PROGRAMS.pop(next(iter(_PROGRAMS)))
-  _PROGRAMS[key] = program
-  return program
+  return remember(_PROGRAMS, key, program, _MAX_PROGRAMS)

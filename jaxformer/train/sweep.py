@@ -231,7 +231,8 @@ def _sums(params, batch, *, model):
 # (measured in BENCHMARKS.md: level 1 or 0 compiles them faster but steps slower).
 RUN_ONCE = {"xla_backend_optimization_level": 0}
 
-# Compiled programs by (rung, model, static training fields, replicas, batch shape, devices).
+# Compiled programs by program.cache_key: rung, model, static training fields, replicas, batch
+# shapes.
 _COMPILED = {}
 _MAX_COMPILED = 16
 _STATIC_FIELDS = (
@@ -287,14 +288,7 @@ def _chunked(replica_step, n, sharded):
 
 def programs(config, n, batch_shape, eval_batch):
   """(Programs compiled for n replicas, seconds this call compiled: 0 when cached)."""
-  key = (
-    config.rung,
-    config.model.to_json(sort_keys=True),
-    tuple(config[f] for f in _STATIC_FIELDS),
-    n,
-    batch_shape,
-    eval_batch,
-  )
+  key = program.cache_key(config, _STATIC_FIELDS, n, batch_shape, eval_batch)
   if key in _COMPILED:
     return _COMPILED[key], 0.0
   seconds, cpu_seconds = {}, {}
@@ -339,10 +333,7 @@ def programs(config, n, batch_shape, eval_batch):
   compiled = Programs(
     init, train, evaluate, sharded, state, model.flat, step_fn, seconds, cpu_seconds
   )
-  if len(_COMPILED) >= _MAX_COMPILED:
-    _COMPILED.pop(next(iter(_COMPILED)))
-  _COMPILED[key] = compiled
-  return compiled, sum(seconds.values())
+  return program.remember(_COMPILED, key, compiled, _MAX_COMPILED), sum(seconds.values())
 
 
 def clear_compiled():

@@ -52,7 +52,3 @@ def test_finite_walks_nested_metrics():
   assert harness.finite({"a": [1.0, {"b": 2}], "c": "text"})
   assert not harness.finite({"a": [1.0, {"b": math.nan}]})
   assert not harness.finite([np.float32(np.inf)])
-
-
-def test_cost_line():
-  assert harness.cost({"final_step": 7, "cpu_seconds": 1.25}) == "7 steps, 1.2 cpu-s"

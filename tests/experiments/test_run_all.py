@@ -5,6 +5,8 @@ import io
 import json
 import types
 
+import pytest
+
 from experiments import report, run_all
 
 
@@ -51,8 +53,11 @@ def test_a_crash_is_reported_and_the_others_still_run(tmp_path, monkeypatch, cap
 
 
 def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
-  assert run_all.main(["--only", "fixed_memroy", "--workdir", str(tmp_path)]) == 2
-  assert "unknown experiment(s) ['fixed_memroy']" in capsys.readouterr().out
+  with pytest.raises(SystemExit) as done:
+    run_all.main(["--only", "fixed_memroy", "--workdir", str(tmp_path)])
+  assert done.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--only: unknown experiment(s) ['fixed_memroy']" in err[0]
   assert not (tmp_path / "results.json").exists()
 
 

@@ -109,10 +109,15 @@ def test_slopes():
   assert scorecard.last_slope([512, 4096], [8.0, 8.0]) == 0.0
 
 
-def test_command_line_values_parse_as_json_or_literals():
-  assert scorecard.parse_value("16") == 16 and scorecard.parse_value("true") is True
-  assert scorecard.parse_value("False") is False and scorecard.parse_value("gelu") == "gelu"
-  assert scorecard.parse_value("[1, 2]") == [1, 2]
+def test_mixer_fields_are_a_config_flag_of_python_literals(monkeypatch):
+  seen = {}
+  monkeypatch.setattr(scorecard, "run", lambda *args: seen.update(args=args) or {"table": []})
+  argv = ["--mixer_class=m.py:M", "--mixer.n=16", "--mixer.on=true", "--mixer.off=False"]
+  argv += ["--mixer.act=gelu", "--mixer.sizes=[1, 2]", "--size=tiny", "--config.seeds=(0,)"]
+  assert scorecard.main(argv) == 0
+  spec, fields, size, _, config = seen["args"]
+  assert (spec, size, config.seeds) == ("m.py:M", "tiny", (0,))
+  assert fields == {"n": 16, "on": True, "off": False, "act": "gelu", "sizes": [1, 2]}
 
 
 USER = '''
@@ -152,13 +157,15 @@ def user_file(tmp_path):
 @pytest.mark.parametrize(
   "args, message",
   [
-    (["--mixer={file}:Future"], "not causal"),
-    (["--mixer={file}:CumulativeMean", "--mixer.gian=2"], "unknown field 'gian'"),
-    (["--mixer={file}:Nothing"], "has no attribute 'Nothing'"),
+    (["--mixer_class={file}:Future"], "not causal"),
+    (["--mixer_class={file}:CumulativeMean", "--mixer.gian=2"], "unknown field 'gian'"),
+    (["--mixer_class={file}:Nothing"], "has no attribute 'Nothing'"),
     (["--builtins=softmax,attention"], "unknown mixer 'attention'"),
     (["--mixer.gain=2"], "mixer fields given without a mixer"),
-    (["--size=huge"], "invalid choice"),
-    (["--verbose"], "unrecognized argument '--verbose'"),
+    (["--size=huge"], "--size=huge: value should be one of"),
+    (["--verbose"], "flag 'verbose'"),
+    (["--config.sedds=(0,)"], "--config.sedds: unknown field 'sedds' of config; did you mean"),
+    (["--mixer={file}:Future"], "the mixer is --mixer_class="),
   ],
 )
 def test_a_usage_error_is_one_line_and_exit_2_before_any_training(
@@ -166,7 +173,8 @@ def test_a_usage_error_is_one_line_and_exit_2_before_any_training(
 ):
   workdir = tmp_path / "run"
   argv = [a.format(file=user_file) for a in args] + ["--size=tiny", f"--workdir={workdir}"]
-  with pytest.raises(SystemExit) if args[0].startswith(("--size", "--verbose")) else _nothing():
+  flag_error = args[0].startswith(("--size", "--verbose", "--config", "--mixer="))
+  with pytest.raises(SystemExit) if flag_error else _nothing():
     assert scorecard.main(argv) == scorecard.USAGE
   err = capsys.readouterr().err.strip()
   assert message in err and len(err.splitlines()) == 1 and err.startswith("error: ")
@@ -185,7 +193,7 @@ def test_a_mixer_outside_the_repository_is_scored_through_the_command_line(
   user_file, tmp_path, capsys
 ):
   workdir = tmp_path / "card"
-  argv = [f"--mixer={user_file}:CumulativeMean", "--mixer.gain=0.5", "--size=tiny"]
+  argv = [f"--mixer_class={user_file}:CumulativeMean", "--mixer.gain=0.5", "--size=tiny"]
   assert scorecard.main([*argv, f"--workdir={workdir}"]) == 0
   card = json.loads((workdir / "scorecard.json").read_text())
   assert set(card["marks"]) == {REF, "CumulativeMean"}

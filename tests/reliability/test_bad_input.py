@@ -78,8 +78,8 @@ CATALOGUE = [
   ("evaluate", "batch % devices", ["devices=2", "--workdir={trained}", "--batch_size=3"],
    "batch_size=3", 2),
   # --- python -m experiments.bench ARGS ------------------------------------------------------
-  ("bench", "unknown suite", ["flash"], "argument suite: invalid choice: 'flash'", 2),
-  ("bench", "malformed --set", ["attention", "--set", "block_size"], "argument --set", 2),
+  ("bench", "unknown suite", ["flash"], "suite='flash'", 2),
+  ("bench", "malformed --set", ["attention", "--set", "block_size"], "--set=block_size", 2),
   ("bench", "zero length", ["attention", "--lengths", "0"], "lengths=(0,)", 2),
   ("bench", "unknown parameter", ["decode", "--lengths", "64"], "lengths: not a parameter", 2),
   ("bench", "negative device count", ["train", "--cpu-devices", "-1"], "--cpu-devices=-1", 2),

@@ -66,12 +66,6 @@ def test_docstring_gives_the_command_and_expected_results():
   assert "Expected" in doc
 
 
-def test_cpu_results_cover_every_rung():
-  assert set(default.CPU_RESULTS) == set(ladder.RUNGS)
-  for rung, accuracy in default.CPU_RESULTS.items():
-    assert accuracy is None or 0 <= accuracy <= 1, rung
-
-
 @pytest.mark.parametrize("size", text.config_lib.SIZES)
 def test_text_preset_is_a_valid_config_sized_by_its_task(size):
   config = text.get_config(f"path=corpus/*.txt,size={size}")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxformer.train import checkpoint, loop, step
+from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from tests.train.train_helpers import tiny_config
@@ -49,6 +50,22 @@ def test_train_without_workdir_compiles_once_and_returns_summary(data_dir, monke
   assert len(program_lib._PROGRAMS) == 1
 
 
+def test_one_program_cache_key_recipe_and_eviction(data_dir):
+  a, b = _config(data_dir), _config(data_dir)
+  fields = ("learning_rate", "total_steps")
+  assert program_lib.cache_key(a, fields, (8, 16)) == program_lib.cache_key(b, fields, (8, 16))
+  with b.unlocked():
+    b.model.d_model = 16
+  assert program_lib.cache_key(a, fields, (8, 16)) != program_lib.cache_key(b, fields, (8, 16))
+  b = _config(data_dir, learning_rate=0.5)
+  assert program_lib.cache_key(a, fields, 1) != program_lib.cache_key(b, fields, 1)
+  assert program_lib.cache_key(a, ("seed",), 1) == program_lib.cache_key(b, ("seed",), 1)
+  cache = {}
+  for key in "abc":
+    assert program_lib.remember(cache, key, key.upper(), max_entries=2) == key.upper()
+  assert cache == {"b": "B", "c": "C"}  # the oldest went first
+
+
 def test_measured_peak_on_a_multi_device_mesh(data_dir, monkeypatch):
   """Without a configured peak the loop measures one device's matmul, before it enters the
   8-device mesh (inside it, jit refuses a single-device matmul)."""
@@ -87,6 +104,48 @@ def test_nonfinite_stops_naming_the_step_and_keeps_last_good_checkpoint(data_dir
   assert checkpoint.Checkpointer(tmp_path / "checkpoints").all_steps() == [1]
   records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in records] == [1]
+
+
+class _Recorder(loop.Hooks):
+  def __init__(self):
+    self.seen = []
+
+  def __getattribute__(self, name):
+    method = super().__getattribute__(name)
+    if name.startswith("_") or not callable(method):
+      return method
+
+    def record(step_or_batch, *args):
+      step = args[0] if name == "batch" else step_or_batch
+      self.seen.append(f"{name} {step}")
+      return method(step_or_batch, *args)
+
+    return record
+
+
+def test_hooks_see_every_point_in_order(data_dir, tmp_path):
+  hooks = _Recorder()
+  loop.train(_config(data_dir, eval_every=3, checkpoint_every=4), str(tmp_path), hooks=hooks)
+  steps = [[f"batch {s}", f"stepped {s}"] for s in range(1, 7)]
+  assert hooks.seen == [
+    "started 0",
+    *steps[0],
+    *steps[1],
+    *steps[2],
+    "evaluated 3",
+    *steps[3],
+    "saving 4",
+    "saved 4",
+    *steps[4],
+    *steps[5],
+    "evaluated 6",
+  ]
+
+
+def test_faults_are_hooks():
+  points = {n for n in vars(loop.Hooks) if not n.startswith("_")}
+  missing = [n for n in points if vars(faults_lib.Faults).get(n) is None]
+  assert points and not missing, missing
 
 
 def test_skip_nonfinite_counts_and_skips(data_dir):

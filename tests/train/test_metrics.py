@@ -3,6 +3,9 @@
 import io
 import json
 import os
+import subprocess
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -70,10 +73,53 @@ def test_peak_convention_vendor_on_accelerators_measured_on_cpu(monkeypatch):
   assert metrics.device_peak(_Device("gpu", "Some Future GPU"), "bfloat16") == (1.5e11, "measured")
 
 
+def test_time_calls_times_each_loop_after_an_optional_warm_up():
+  calls = []
+  timed = metrics.time_calls(lambda: calls.append(1) or time.sleep(0.02), 3, calls=2, warmup=True)
+  assert len(calls) == 1 + 3 * 2  # the warm-up, then 3 loops of 2
+  assert len(timed.wall) == len(timed.cpu) == 3 and min(timed.wall) >= 0.02
+  assert timed.best == min(timed.wall) <= timed.median and timed.best_cpu <= timed.median_cpu
+  assert timed.median_cpu < 0.01  # sleeping costs no CPU time: the clocks are not one
+
+
 def test_measure_matmul_peak_is_positive_and_cached():
   peak = metrics.measure_matmul_peak(256, repeats=2)
   assert 1e6 < peak < 1e16
   assert metrics.measure_matmul_peak(256, repeats=2) == peak  # cached: measured once
+
+
+HIDDEN_TORCH = """
+import importlib.abc, importlib.util, json, sys
+from jaxformer.train import metrics
+metrics._summary_writer()
+out = {"kept_out": "torch" not in sys.modules}
+out["importable"] = importlib.util.find_spec("torch") is not None
+tried = []
+class Refuse(importlib.abc.MetaPathFinder):  # records the attempt, imports nothing
+  def find_spec(self, name, path=None, target=None):
+    if name == "torch":
+      tried.append(name)
+      raise ImportError(name)
+for name in [m for m in sys.modules if m.split(".")[0] == "tensorboardX"]:
+  del sys.modules[name]
+sys.meta_path.insert(0, Refuse())
+import tensorboardX
+out["tensorboardx_tries_torch"] = bool(tried)
+print(json.dumps(out))
+"""
+
+
+def test_summary_writer_keeps_torch_out_which_tensorboardx_still_imports():
+  """metrics._summary_writer hides torch while tensorboardX imports: this fails when that
+  stops working, or when tensorboardX no longer tries torch at import (the hiding can go)."""
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = {**os.environ, "PYTHONPATH": repo}
+  done = subprocess.run(
+    [sys.executable, "-c", HIDDEN_TORCH], capture_output=True, text=True, timeout=300, env=env
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  out = json.loads(done.stdout.strip().splitlines()[-1])
+  assert out == {"kept_out": True, "importable": True, "tensorboardx_tries_torch": True}
 
 
 def test_writer_appends_jsonl_and_tensorboard(tmp_path):
