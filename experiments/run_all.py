@@ -108,6 +108,12 @@ def _parser(single):
   )
   if not single:
     parser.add_argument("--only", default="", help="comma-separated experiment names")
+  parser.add_argument(
+    "--compile_only",
+    metavar="TARGET",
+    help="compile every sweep program of the size for TARGET (v5e:2x4, "
+    "gpu:FILE,topology=1x1x8) without running anything (experiments/compile_all.py)",
+  )
   return parser
 
 
@@ -118,6 +124,11 @@ def main(argv=None, single=None):
   if unknown:
     print(f"error: --only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}")
     return 2
+  if args.compile_only is not None:
+    from experiments import compile_all
+
+    modules = [experiment(n) for n in names]
+    return compile_all.main(modules, args.size, args.compile_only, args.workdir)
   compile_cache.enable()
   results = []
   for i, name in enumerate(names, 1):
