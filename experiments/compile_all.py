@@ -176,6 +176,21 @@ def main(experiments, size, target_spec, workdir, echo=print):
   return 1 if any(r.get("error") for r in rows) else 0
 
 
+def scorecard(config, mixer, fields, size, target_spec, workdir, echo=print):
+  """The scorecard's --compile_only: its trained arms (every mixer on every task, the reference
+  and built-ins included) compiled as `main` compiles an experiment's; its cost probes (depth,
+  time and memory vs L) are not. A mixer that cannot be loaded: one line, exit 2."""
+  from experiments import scorecard as card
+  from jaxformer import mixers
+
+  try:
+    arms = card.arms(config, card.candidates(config, mixer, fields))
+  except (mixers.MixerError, ladder.ConfigError) as e:
+    echo(f"error: {_first_line(e)}")
+    return 2
+  return main([(card.NAME, config, arms)], size, target_spec, workdir, echo)
+
+
 def _experiment(module, size):
   config = module.get_config(size)
   return module.NAME, config, module.arms(config) if hasattr(module, "arms") else []

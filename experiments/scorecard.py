@@ -688,6 +688,12 @@ def parse_args(argv):
     "--state_sweep", action="store_true", help="each built-in at several state sizes"
   )
   parser.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
+  parser.add_argument(
+    "--compile_only",
+    metavar="TARGET",
+    help="compile the trained arms' sweep programs for TARGET (v5e:2x4, "
+    "gpu:FILE,topology=1x1x8) without running anything (experiments/compile_all.py)",
+  )
   args, rest = parser.parse_known_args(argv)
   fields = {}
   for item in rest:
@@ -705,6 +711,12 @@ def main(argv=None):
     config.builtins = tuple(b for b in args.builtins.split(",") if b)
   if args.state_sweep:
     config.state_sweep = True
+  if args.compile_only is not None:
+    from experiments import compile_all
+
+    return compile_all.scorecard(
+      config, args.mixer, fields, args.size, args.compile_only, args.workdir
+    )
   try:
     card = run(args.mixer, fields, args.size, args.workdir, config)
   except (mixers.MixerError, ladder.ConfigError) as e:

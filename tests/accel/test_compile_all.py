@@ -47,3 +47,30 @@ def test_run_all_compile_only_bad_target_is_one_line_exit_2(tmp_path, capsys):
   out = capsys.readouterr().out.strip().splitlines()
   assert out[-1] == "error: --compile_only=v5e: 'v5e': expected a TPU topology name such as v5e:2x4"
   assert not list(tmp_path.iterdir())  # nothing compiled, nothing written
+
+
+def test_scorecard_compile_only_hands_its_trained_arms_over(tmp_path, monkeypatch):
+  from experiments import scorecard
+
+  handed = []
+  monkeypatch.setattr(compile_all, "main", lambda items, *args, **kw: handed.extend(items) or 0)
+  argv = ["--size", "tiny", "--compile_only=v5e:2x4", "--workdir", str(tmp_path)]
+  assert scorecard.main(argv) == 0
+  ((name, config, arms),) = handed
+  assert name == "scorecard"
+  assert arms == scorecard.arms(config, scorecard.candidates(config)) and arms
+
+
+def test_scorecard_compile_only_unknown_builtin_is_one_line_exit_2(tmp_path, capsys):
+  from experiments import scorecard
+
+  argv = ["--size", "tiny", "--builtins=nope", "--compile_only=v5e:2x4", "--workdir", str(tmp_path)]
+  assert scorecard.main(argv) == 2
+  out = capsys.readouterr().out.strip().splitlines()
+  assert out == ["error: builtins: unknown mixer 'nope'; built-ins: " + ", ".join(_builtins())]
+
+
+def _builtins():
+  from jaxformer import mixers
+
+  return mixers.BUILTINS
