@@ -52,11 +52,19 @@ def program_key(config, n, sizes):
   )
 
 
+def work(config, n, sizes):
+  """A rough size of an arm's sweep (replicas x batch x length x width x depth): arms compile
+  largest first, so a compile cut short has reported the likeliest largest peaks."""
+  model = config.model
+  depth = model.get("num_layers") or 1
+  return n * config.batch_size * sizes[0] * (model.get("d_model") or 1) * depth
+
+
 def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print):
   """Compiles the sweep programs of `arms` (protocol.Arm, trained under experiment config
-  `config`) for the target; writes OUT_DIR/compile_report.json after each arm; returns the
-  report: the target, and per arm its replicas, placement, batch and programs (an arm that
-  shares an earlier arm's programs names it under `same_as`)."""
+  `config`) for the target, largest first (`work`); writes OUT_DIR/compile_report.json after
+  each arm; returns the report: the target, and per arm its replicas, placement, batch and
+  programs (an arm that shares an earlier arm's programs names it under `same_as`)."""
   os.makedirs(out_dir, exist_ok=True)
   report = {
     "experiment": name,
@@ -66,16 +74,20 @@ def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print):
     "device_kind": tgt.device_kind,
     "devices": len(tgt.devices),
     "device_memory_bytes": tgt.memory_bytes,
+    "arms_total": len(arms),
     "arms": [],
     "compiled": 0,
   }
-  seen = {}
-  for i, arm in enumerate(arms, 1):
+  todo = []
+  for arm in arms:
     tc = arm_config(config, arm)
     n = len(protocol.replicas(config, arm))
     sizes = compile_only.task_sizes(tc)
+    todo.append((f"{arm.model} @ {arm.setting}", tc, n, sizes))
+  todo.sort(key=lambda t: -work(*t[1:]))
+  seen = {}
+  for i, (label, tc, n, sizes) in enumerate(todo, 1):
     key = program_key(tc, n, sizes)
-    label = f"{arm.model} @ {arm.setting}"
     if key in seen:
       report["arms"].append({"arm": label, "replicas": n, "same_as": seen[key]})
       continue
@@ -84,7 +96,7 @@ def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print):
     r = compile_only.compile_sweep(tc, n, tgt, sizes=sizes)
     peak = max(p["peak_bytes"] for p in r["programs"].values())
     echo(
-      f"  [{i}/{len(arms)}] {label}: {n} replicas on {r['placement_devices']} of "
+      f"  [{i}/{len(todo)}] {label}: {n} replicas on {r['placement_devices']} of "
       f"{r['host_devices']} devices, peak {peak / GiB:.3f} GiB per device "
       f"({time.perf_counter() - start:.0f} s)"
     )
@@ -100,7 +112,8 @@ def summary(report):
   compiled = [a for a in report["arms"] if "programs" in a]
   row = {
     "experiment": report["experiment"],
-    "arms": len(report["arms"]),
+    "arms": report["arms_total"],
+    "done": len(report["arms"]),  # compiled or sharing a compiled arm's programs
     "compiled": len(compiled),
     "peak_bytes": None,
     "peak_arm": None,
