@@ -53,18 +53,20 @@ def program_key(config, n, sizes):
 
 
 def work(config, n, sizes):
-  """A rough size of an arm's sweep (replicas x batch x length x width x depth): arms compile
-  largest first, so a compile cut short has reported the likeliest largest peaks."""
+  """A rough size of an arm's sweep's activations, replicas x batch x length x (width x depth
+  + vocabulary): arms compile largest first, so a compile cut short (or given a `limit`) has
+  reported the likeliest largest peaks."""
   model = config.model
   depth = model.get("num_layers") or 1
-  return n * config.batch_size * sizes[0] * (model.get("d_model") or 1) * depth
+  return n * config.batch_size * sizes[0] * ((model.get("d_model") or 1) * depth + sizes[1])
 
 
-def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print):
+def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print, limit=None):
   """Compiles the sweep programs of `arms` (protocol.Arm, trained under experiment config
-  `config`) for the target, largest first (`work`); writes OUT_DIR/compile_report.json after
-  each arm; returns the report: the target, and per arm its replicas, placement, batch and
-  programs (an arm that shares an earlier arm's programs names it under `same_as`)."""
+  `config`) for the target, largest first (`work`), at most `limit` distinct ones (None: all);
+  writes OUT_DIR/compile_report.json after each arm; returns the report: the target, and per
+  arm its replicas, placement, batch and programs (an arm that shares an earlier arm's
+  programs names it under `same_as`; `arms_total` counts every arm, compiled or not)."""
   os.makedirs(out_dir, exist_ok=True)
   report = {
     "experiment": name,
@@ -87,6 +89,8 @@ def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print):
   todo.sort(key=lambda t: -work(*t[1:]))
   seen = {}
   for i, (label, tc, n, sizes) in enumerate(todo, 1):
+    if limit is not None and report["compiled"] >= limit:
+      break
     key = program_key(tc, n, sizes)
     if key in seen:
       report["arms"].append({"arm": label, "replicas": n, "same_as": seen[key]})
@@ -149,9 +153,10 @@ def table(rows, tgt):
   return "\n".join(lines)
 
 
-def main(experiments, size, target_spec, workdir, echo=print):
+def main(experiments, size, target_spec, workdir, echo=print, limit=None):
   """run_all's --compile_only: `experiments` ([(name, config, arms)] or a list of experiment
-  modules) compiled for the target at `size`; one report per experiment under WORKDIR/<name>,
+  modules) compiled for the target at `size` (at most `limit` distinct sweeps of each, largest
+  first; None: all); one report per experiment under WORKDIR/<name>,
   WORKDIR/compile_summary.json and the summary table. Returns the exit code: 0, 1 when an
   experiment could not be compiled (its error is in the table), 2 when a program does not fit
   or the target is bad (one line)."""
@@ -165,7 +170,8 @@ def main(experiments, size, target_spec, workdir, echo=print):
     name, config, arms = item if isinstance(item, tuple) else _experiment(item, size)
     echo(f"[{i}/{len(experiments)}] {name} (size={size}) compiled for {tgt.spec} ...")
     try:
-      report = compile_arms(name, config, arms, tgt, os.path.join(workdir, name), size, echo)
+      out_dir = os.path.join(workdir, name)
+      report = compile_arms(name, config, arms, tgt, out_dir, size, echo, limit)
     except Exception as e:  # one experiment's failure is reported, the others still compile
       refused = isinstance(e, compile_only.DoesNotFit)  # the target's compiler refused it
       why = _first_line(e) if refused else f"{type(e).__name__}: {_first_line(e)}"

@@ -3,7 +3,7 @@ TPU topology this machine does not have, placed as a sweep places its replicas, 
 
 import json
 
-from experiments import cache, compile_all, run_all
+from experiments import cache, compile_all, protocol, run_all
 from jaxformer.train import compile_only
 
 
@@ -74,3 +74,21 @@ def _builtins():
   from jaxformer import mixers
 
   return mixers.BUILTINS
+
+
+def test_a_limit_compiles_the_largest_arms_first_and_counts_the_rest(tmp_path):
+  config = cache.get_config("tiny")
+  arms = cache.arms(config)
+  tgt = compile_only.target("v5e:2x4")
+  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path), limit=1)
+  assert report["arms_total"] == len(arms) > 1 and report["compiled"] == 1
+  works = {
+    f"{a.model} @ {a.setting}": compile_all.work(
+      compile_all.arm_config(config, a),
+      len(protocol.replicas(config, a)),
+      compile_only.task_sizes(compile_all.arm_config(config, a)),
+    )
+    for a in arms
+  }
+  assert works[report["arms"][0]["arm"]] == max(works.values()), works
+  assert compile_all.summary(report)["arms"] == len(arms)
