@@ -13,6 +13,9 @@ with that placement (jaxformer.train.compile_only.compile_sweep), once per disti
 with the same shapes share the program, as they do in a run), and writes
 WORKDIR/<experiment>/compile_report.json after each arm; `main` prints one summary row per
 experiment: the largest per-device peak, the device memory, whether every program fits.
+Arms compile largest first (`work`); `main(..., limit=K)` stops after K distinct sweeps of each
+experiment (BENCHMARKS.md's tables: K = 1, each experiment's largest), and the report counts
+the arms it did not reach.
 
 What is compiled is each arm's first sweep: the protocol's budget growth recompiles the same
 shapes (total_steps is static) and a learning-rate extension compiles a sweep of fewer
