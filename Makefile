@@ -40,13 +40,13 @@ bench: $(STAMP)
 	$(PY) -m experiments.bench all
 
 # The transformer's accel training config compiled for 8 GPUs, on this CPU (no GPU needed):
-# the CUDA wheels (requirements-gpu.txt, ~2.4 GB) go in .venv-gpu; GPU_TARGET_CONFIG is a
-# GpuTargetConfigProto text file (XLA keeps them for H100 and others).
-GPU_VENV := .venv-gpu
-GPU_TARGET_CONFIG ?=
+# the CUDA wheels (requirements-gpu.txt, ~2.4 GB) go in GPU_VENV; GPU_TARGET_CONFIG is a
+# GpuTargetConfigProto text file (XLA keeps them for H100 and others; an H100 SXM's is here).
+GPU_VENV ?= .venv-gpu
+GPU_TARGET_CONFIG ?= experiments/configs/h100_sxm.txtpb
 GPU_TOPOLOGY ?= 1x1x8
 compile-cuda:
-	@test -n "$(GPU_TARGET_CONFIG)" || { echo "error: set GPU_TARGET_CONFIG=FILE.txtpb"; exit 2; }
+	@test -f "$(GPU_TARGET_CONFIG)" || { echo "error: GPU_TARGET_CONFIG=$(GPU_TARGET_CONFIG): no such file"; exit 2; }
 	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
 	$(GPU_VENV)/bin/python -m pip install -q -r requirements.txt -r requirements-gpu.txt
 	$(GPU_VENV)/bin/python -m pip install -q --no-deps -e .

@@ -192,6 +192,13 @@ def _define(values, argv, single):
   flags.DEFINE_enum(
     "size", "quick", SIZES, "tiny (tests), quick (make run), full, accel.", flag_values=values
   )
+  flags.DEFINE_string(
+    "compile_only",
+    None,
+    "Compile every sweep program of the size for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
+    "without running anything (experiments/compile_all.py).",
+    flag_values=values,
+  )
   if single:
     size = cli.pre_parse(argv, "size", "quick", SIZES)
     help_string = f"The config of {single} at --size (--config.FIELD=VALUE sets a field)."
@@ -222,6 +229,11 @@ def main(argv=None, single=None):
     cli.usage_error(
       f"--only: unknown experiment(s) {unknown}; choose from {', '.join(EXPERIMENTS)}"
     )
+  if values.compile_only is not None:
+    from experiments import compile_all
+
+    modules = [experiment(n) for n in names]
+    return compile_all.main(modules, size, values.compile_only, workdir)
   config = values.config if single else None
   jobs = 1 if single else values.jobs
   start = time.time()

@@ -710,6 +710,13 @@ def _define(values, argv):
   define("list", "builtins", None, "Comma-separated built-ins (default: all of them).")
   define("bool", "state_sweep", False, "Each built-in at several state sizes.")
   define("bool", "debug", False, "Show tracebacks of usage errors.")
+  define(
+    "string",
+    "compile_only",
+    None,
+    "Compile the trained arms' sweep programs for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
+    "without running anything (experiments/compile_all.py).",
+  )
   given = [a for a in argv[1:] if a.startswith("--mixer=")]
   if given:
     raise cli.UsageError(
@@ -734,6 +741,12 @@ def main(argv=None):
     config.builtins = tuple(values.builtins)
   if values.state_sweep:
     config.state_sweep = True
+  if values.compile_only is not None:
+    from experiments import compile_all
+
+    return compile_all.scorecard(
+      config, values.mixer_class, fields, values.size, values.compile_only, values.workdir
+    )
   try:
     card = run(values.mixer_class, fields, values.size, values.workdir, config)
   except (mixers.MixerError, ladder.ConfigError) as e:

@@ -22,6 +22,7 @@ file (XLA keeps them for H100 and others), which needs the CUDA wheels (requirem
 """
 
 import dataclasses
+import functools
 import glob
 import json
 import math
@@ -31,13 +32,14 @@ import tempfile
 import time
 import types
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxformer import data, ladder
 from jaxformer.train import program as program_lib
-from jaxformer.train import sharding
+from jaxformer.train import sharding, sweep
 
 GiB = 2**30
 # HBM per chip (Google Cloud's TPU system architecture pages), keyed by jax's device_kind
@@ -220,10 +222,106 @@ def compile_run(config, target_spec, programs=PROGRAMS, sizes=None):
   return report
 
 
-def compile_with_hlo(lowered):
-  """(compiled, the HLO text right after SPMD partitioning or None) of a Lowered program."""
+SWEEP_PROGRAMS = ("init", "train_step", "eval_step")
+
+
+def host_devices(tgt):
+  """The target's devices of one host (those of the first device's process): what
+  `jax.local_devices()` gives a single-process run there, such as a sweep's."""
+  first = tgt.devices[0].process_index
+  return tuple(d for d in tgt.devices if d.process_index == first)
+
+
+def sweep_placement(n, devices):
+  """(sharding of the replica axis, mesh or None) as jaxformer.train.sweep places n replicas
+  over one process's devices: along a 1-D mesh of all of them when n divides their number,
+  else all n on the first device."""
+  if len(devices) > 1 and n % len(devices) == 0:
+    mesh = jax.sharding.Mesh(np.asarray(devices), (sweep.REPLICA_AXIS,))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sweep.REPLICA_AXIS)), mesh
+  return jax.sharding.SingleDeviceSharding(devices[0]), None
+
+
+def compile_sweep(config, n, target_spec, sizes=None):
+  """Compiles the three programs `sweep.train` runs for n replicas of training config `config`
+  (init, the vmapped train step, the vmapped eval sums; jaxformer.train.sweep.programs) for
+  the target, placed as a single-process sweep places them on one host of it
+  (`sweep_placement` over `host_devices`). Returns a report like compile_run's, with
+  `replicas`, `placement_devices` (1: every replica on the first device) and the per-device
+  bytes of the replicas' state."""
+  program_lib.check_config(config)
+  tgt = target(target_spec) if isinstance(target_spec, str) else target_spec
+  seq_len, vocab_size = sizes or task_sizes(config)
+  config = program_lib.resolve(
+    config, types.SimpleNamespace(seq_len=seq_len, vocab_size=vocab_size)
+  )
+  devices = host_devices(tgt)
+  placed, mesh = sweep_placement(n, devices)
+  everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()) if mesh else placed
+  batch_shape = (config.batch_size, seq_len)
+  module = ladder.build(config.rung, config.model)
+  template = jax.eval_shape(
+    lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
+  )["params"]
+  model = sweep._FlatModel(module, sweep.FlatParams(template))
+  rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=placed)  # noqa: E731
+  scalar = jax.ShapeDtypeStruct((), jnp.float32)
+  hyper = {k: rep(scalar) for k in ("learning_rate", "weight_decay")}
+  keys = rep(jax.eval_shape(lambda: jax.random.key(0)))
+  init = jax.jit(
+    jax.vmap(
+      functools.partial(sweep._replica_init, config=config, model=model, batch_shape=batch_shape)
+    ),
+    out_shardings=placed,
+  )
+  state = jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed),
+    jax.eval_shape(init, keys, hyper),
+  )
+  token = rep(jax.ShapeDtypeStruct(batch_shape, jnp.int32))
+  batch = {"inputs": token, "targets": token, "mask": token}
+  active = rep(jax.ShapeDtypeStruct((), jnp.bool_))
+  step_fn = sweep._chunked(
+    functools.partial(sweep._replica_step, config=config, model=model), n, mesh
+  )
+  train = jax.jit(step_fn, donate_argnums=0, out_shardings=placed)
+  ev_token = jax.ShapeDtypeStruct(batch_shape, jnp.int32, sharding=everywhere)
+  ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
+  evaluate = jax.jit(jax.vmap(functools.partial(sweep._sums, model=model), in_axes=(0, None)))
+  args = {
+    "init": (init, (keys, hyper), sweep.RUN_ONCE),
+    "train_step": (train, (state, batch, hyper, active), None),
+    "eval_step": (evaluate, (state["params"], ev_batch), None),
+  }
+  results = {
+    name: compile_program(name, jitted, a, mesh, tgt, options)
+    for name, (jitted, a, options) in args.items()
+  }
+  return {
+    "target": tgt.spec,
+    "platform": tgt.platform,
+    "device_kind": tgt.device_kind,
+    "devices": len(tgt.devices),
+    "host_devices": len(devices),
+    "device_memory_bytes": tgt.memory_bytes,
+    "rung": config.rung,
+    "replicas": n,
+    "placement_devices": len(devices) if mesh else 1,
+    "batch_shape": list(batch_shape),
+    # a scanned stack, or replicas in groups one after another (a loop on one device)
+    "flops_undercounted": bool(config.model.get("scan_layers", False))
+    or (mesh is None and sweep.REPLICA_CHUNK is not None and n > sweep.REPLICA_CHUNK),
+    "state_bytes": leaf_bytes(state, per_device=False),
+    "state_bytes_per_device": leaf_bytes(state, per_device=True),
+    "programs": results,
+  }
+
+
+def compile_with_hlo(lowered, options=None):
+  """(compiled, the HLO text right after SPMD partitioning or None) of a Lowered program;
+  options: more XLA compiler options."""
   with tempfile.TemporaryDirectory() as dump:
-    options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
+    options = {**(options or {}), "xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
     cache = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)  # a cache hit dumps no HLO
     try:
@@ -233,12 +331,13 @@ def compile_with_hlo(lowered):
     return compiled, _partitioned_hlo(dump)
 
 
-def compile_program(name, jitted, args, mesh, tgt):
-  """One program lowered and compiled for the target: its memory, FLOPs and collectives."""
+def compile_program(name, jitted, args, mesh, tgt, options=None):
+  """One program lowered and compiled for the target: its memory, FLOPs and collectives
+  (by the axes of `mesh`; None for a program on one device). options: XLA compiler options."""
   start = time.perf_counter()
   lowered = jitted.trace(*args).lower(lowering_platforms=(tgt.platform,))
   try:
-    compiled, partitioned = compile_with_hlo(lowered)
+    compiled, partitioned = compile_with_hlo(lowered, options)
   except Exception as e:
     if "RESOURCE_EXHAUSTED" in str(e):
       raise DoesNotFit(
@@ -266,7 +365,7 @@ def compile_program(name, jitted, args, mesh, tgt):
     "peak_bytes": peak,
     "fits": peak <= tgt.memory_bytes,
     "flops_per_device": flops,
-    "collectives": collectives_by_axis(partitioned, mesh) if partitioned else None,
+    "collectives": collectives_by_axis(partitioned, mesh) if partitioned and mesh else None,
   }
 
 

@@ -1,0 +1,94 @@
+"""experiments.compile_all (run_all --compile_only): an experiment's sweep programs compiled for a
+TPU topology this machine does not have, placed as a sweep places its replicas, nothing run."""
+
+import json
+
+from experiments import cache, compile_all, protocol, run_all
+from jaxformer.train import compile_only
+
+
+def tiny_cache(replicas_per_seed_set):
+  """cache's tiny config and its first arm, with `replicas_per_seed_set` seeds in each set."""
+  config = cache.get_config("tiny")
+  n = replicas_per_seed_set
+  config.exploratory_seeds = tuple(range(100, 100 + n))
+  config.confirmatory_seeds = tuple(range(n))
+  return config, cache.arms(config)[:1]
+
+
+def test_the_replica_axis_is_laid_along_one_host_of_v5e_2x4_and_the_state_donated(tmp_path):
+  config, arms = tiny_cache(2)  # 4 replicas: one per device of a v5e:2x4 host
+  code = compile_all.main([("cache", config, arms)], "tiny", "v5e:2x4", str(tmp_path))
+  assert code == 0
+  report = json.load(open(tmp_path / "cache" / compile_all.REPORT_FILE))
+  (arm,) = report["arms"]
+  assert arm["replicas"] == 4 and arm["host_devices"] == 4 and arm["placement_devices"] == 4
+  assert arm["state_bytes_per_device"] * 4 == arm["state_bytes"]  # one replica per device
+  step = arm["programs"]["train_step"]
+  assert step["fits"] and step["alias_bytes"] >= arm["state_bytes_per_device"], step
+  assert set(arm["programs"]) == set(compile_only.SWEEP_PROGRAMS)
+  summary = json.load(open(tmp_path / "compile_summary.json"))
+  assert summary["experiments"][0]["compiled"] == 1 and summary["experiments"][0]["fits"]
+
+
+def test_replicas_that_do_not_divide_the_devices_stay_on_one(tmp_path):
+  config, arms = tiny_cache(1)  # 2 replicas on 4 devices: the sweep keeps them on the first
+  tgt = compile_only.target("v5e:2x4")
+  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path))
+  (arm,) = report["arms"]
+  assert arm["replicas"] == 2 and arm["placement_devices"] == 1
+  assert arm["state_bytes_per_device"] == arm["state_bytes"]
+  assert all(p["collectives"] is None for p in arm["programs"].values())
+
+
+def test_run_all_compile_only_bad_target_is_one_line_exit_2(tmp_path, capsys):
+  argv = ["--only", "cache", "--size", "tiny", "--compile_only=v5e", "--workdir", str(tmp_path)]
+  assert run_all.main(argv) == 2
+  out = capsys.readouterr().out.strip().splitlines()
+  assert out[-1] == "error: --compile_only=v5e: 'v5e': expected a TPU topology name such as v5e:2x4"
+  assert not list(tmp_path.iterdir())  # nothing compiled, nothing written
+
+
+def test_scorecard_compile_only_hands_its_trained_arms_over(tmp_path, monkeypatch):
+  from experiments import scorecard
+
+  handed = []
+  monkeypatch.setattr(compile_all, "main", lambda items, *args, **kw: handed.extend(items) or 0)
+  argv = ["--size", "tiny", "--compile_only=v5e:2x4", "--workdir", str(tmp_path)]
+  assert scorecard.main(argv) == 0
+  ((name, config, arms),) = handed
+  assert name == "scorecard"
+  assert arms == scorecard.arms(config, scorecard.candidates(config)) and arms
+
+
+def test_scorecard_compile_only_unknown_builtin_is_one_line_exit_2(tmp_path, capsys):
+  from experiments import scorecard
+
+  argv = ["--size", "tiny", "--builtins=nope", "--compile_only=v5e:2x4", "--workdir", str(tmp_path)]
+  assert scorecard.main(argv) == 2
+  out = capsys.readouterr().out.strip().splitlines()
+  assert out == ["error: builtins: unknown mixer 'nope'; built-ins: " + ", ".join(_builtins())]
+
+
+def _builtins():
+  from jaxformer import mixers
+
+  return mixers.BUILTINS
+
+
+def test_a_limit_compiles_the_largest_arms_first_and_counts_the_rest(tmp_path):
+  config = cache.get_config("tiny")
+  arms = cache.arms(config)
+  tgt = compile_only.target("v5e:2x4")
+  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path), limit=1)
+  assert report["arms_total"] == len(arms) > 1 and report["compiled"] == 1
+  works = {
+    f"{a.model} @ {a.setting}": compile_all.work(
+      compile_all.arm_config(config, a),
+      len(protocol.replicas(config, a)),
+      compile_only.task_sizes(compile_all.arm_config(config, a)),
+    )
+    for a in arms
+  }
+  assert works[report["arms"][0]["arm"]] == max(works.values()), works
+  assert compile_all.summary(report)["arms"] == len(arms)
