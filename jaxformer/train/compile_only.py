@@ -234,9 +234,10 @@ def host_devices(tgt):
 
 def sweep_placement(n, devices):
   """(sharding of the replica axis, mesh or None) as jaxformer.train.sweep places n replicas
-  over one process's devices: along a 1-D mesh of all of them when n divides their number,
-  else all n on the first device."""
-  if len(devices) > 1 and n % len(devices) == 0:
+  over one process's devices: along a 1-D mesh of sweep.replica_devices(n, devices), else all
+  n on the first device."""
+  devices = sweep.replica_devices(n, devices)
+  if len(devices) > 1:
     mesh = jax.sharding.Mesh(np.asarray(devices), (sweep.REPLICA_AXIS,))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sweep.REPLICA_AXIS)), mesh
   return jax.sharding.SingleDeviceSharding(devices[0]), None

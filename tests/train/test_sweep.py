@@ -154,3 +154,12 @@ def test_flat_params_round_trip_and_group_by_weight_decay():
   through = jax.grad(lambda g: loss(flat.unflatten(g)))(groups)
   direct = flat.flatten(jax.grad(loss)(params))
   jax.tree.map(np.testing.assert_allclose, through, direct)
+
+
+def test_replicas_spread_over_the_most_devices_that_share_them_equally():
+  devices = list(range(8))
+  assert sweep.replica_devices(28, devices) == list(range(7))  # 4 each on 7 of 8
+  assert sweep.replica_devices(24, devices) == devices
+  assert sweep.replica_devices(29, devices) == [0]  # a prime: one device
+  assert sweep.replica_devices(3, devices) == [0]  # fewer replicas than devices
+  assert sweep.replica_devices(5, [0]) == [0]
