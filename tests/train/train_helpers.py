@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from experiments.configs import default
-from tests import launcher
+from tests import XLA_TEST_FLAGS, launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_TASK = "mqar:vocab_size=32,seq_len=16,num_kv_pairs=2,num_examples=256,num_test_examples=32"
@@ -61,7 +61,7 @@ def env(data_dir, devices=1, **extra):
   out.update(
     PYTHONPATH=REPO,
     JAX_PLATFORMS="cpu",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {XLA_TEST_FLAGS}",
     JAXFORMER_DATA_DIR=str(data_dir),
     **{k: str(v) for k, v in extra.items()},
   )
