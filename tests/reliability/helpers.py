@@ -4,18 +4,11 @@ The runs use the softmax rung with one layer (the cheapest to compile) on the tr
 tests' tiny MQAR task: 12 steps, a checkpoint every 3 (all kept), an eval every 4, a
 metrics record every step. Runs of one test share a JAX compilation cache directory, so
 only the first one compiles; runs that may execute at the same time get separate caches.
-A new cache directory starts as a copy of one that holds the programs of a plain run
-(TRAIN_ARGS), compiled once per test process, so a run compiles only what its own
-overrides change.
 """
 
-import atexit
 import json
 import os
-import shutil
 import subprocess
-import tempfile
-import threading
 
 from tests import launcher
 from tests.train.train_helpers import REPO, env, main_command
@@ -35,33 +28,9 @@ def train_command(workdir, *overrides):
   return main_command(workdir, *TRAIN_ARGS, *overrides, rung="softmax")
 
 
-_compiled = {}
-_compiled_lock = threading.Lock()
-
-
-def compiled_cache():
-  """A compilation cache directory holding the programs of a plain 1-device run (built on
-  first use by running one; read-only afterwards: runs get copies)."""
-  with _compiled_lock:
-    if "dir" not in _compiled:
-      root = tempfile.mkdtemp(prefix="jaxformer-compiled-")
-      atexit.register(shutil.rmtree, root, True)
-      cache = os.path.join(root, "cache")
-      run, data_dir = os.path.join(root, "run"), os.path.join(root, "data")
-      proc = start(train_command(run), data_dir, cache_dir=cache, warm=False)
-      code, _, err = finish(proc)
-      assert code == 0, err[-3000:]
-      _compiled["dir"] = cache
-    return _compiled["dir"]
-
-
-def run_env(data_dir, cache_dir=None, fault=None, devices=1, warm=True):
-  """The environment of a run; a cache_dir that does not exist yet starts as a copy of
-  compiled_cache() (unless warm=False)."""
+def run_env(data_dir, cache_dir=None, fault=None, devices=1):
   extra = {}
   if cache_dir is not None:
-    if warm and not os.path.exists(cache_dir):
-      shutil.copytree(compiled_cache(), cache_dir)
     extra |= {
       "JAX_COMPILATION_CACHE_DIR": cache_dir,
       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": 0,
