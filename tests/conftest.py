@@ -1,8 +1,10 @@
-"""Test setup: 8 simulated CPU devices, set before jax is first imported."""
+"""Test setup: 8 simulated CPU devices (and XLA_TEST_FLAGS), set before jax is first imported."""
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests import XLA_TEST_FLAGS
+
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {XLA_TEST_FLAGS}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: F401,E402  (import after the flags on purpose)

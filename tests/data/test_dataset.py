@@ -9,6 +9,7 @@ import pytest
 
 from jaxformer.data import DataError, get_dataset, parse_spec, tasks
 from jaxformer.data import dataset as dataset_lib
+from tests import launcher
 
 SPECS = [
   "mqar:vocab_size=64,seq_len=32,num_kv_pairs=4,num_examples=40,num_test_examples=12",
@@ -76,7 +77,7 @@ def test_two_processes_preparing_one_spec_at_once(tmp_path):
   spec = "mqar:vocab_size=64,seq_len=32,num_kv_pairs=4,num_examples=3000"
   env = {**os.environ, "PYTHONPATH": os.getcwd(), "JAX_PLATFORMS": "cpu"}
   procs = [
-    subprocess.Popen(
+    launcher.Popen(
       [sys.executable, "-c", code, spec, str(tmp_path)], env=env, stdout=subprocess.PIPE
     )
     for _ in range(2)

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 
+from tests import launcher
 from tests.train.train_helpers import REPO, env, main_command
 
 STEPS, SAVE_EVERY, EVAL_EVERY = 12, 3, 4
@@ -45,7 +46,7 @@ def run_env(data_dir, cache_dir=None, fault=None, devices=1):
 
 def start(cmd, data_dir, **env_args):
   """Popen of `cmd` in the repository with run_env(data_dir, **env_args)."""
-  return subprocess.Popen(
+  return launcher.Popen(
     cmd,
     env=run_env(data_dir, **env_args),
     cwd=REPO,

@@ -19,6 +19,7 @@ from jaxformer import ladder
 from jaxformer.train import loop
 from jaxformer.train import workdir as workdir_lib
 from jaxformer.train.checkpoint import CheckpointError
+from tests import launcher
 from tests.reliability import helpers as h
 from tests.train.train_helpers import REPO, TINY_TASK, env
 
@@ -73,7 +74,7 @@ def _reset(mixer):
 
 
 def _start(module, workdir, data_dir, *flags):
-  return subprocess.Popen(
+  return launcher.Popen(
     [sys.executable, "-m", f"experiments.{module}", f"--workdir={workdir}", *flags],
     env=env(data_dir),
     cwd=REPO,

@@ -16,6 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxformer.train import checkpoint
 from jaxformer.train.checkpoint import Checkpointer, CheckpointError, checksums
+from tests import launcher
 
 AXES = ("data", "fsdp", "tensor")
 SPECS = {"w": P("data", ("fsdp", "tensor")), "e": P(None, "tensor"), "step": P(), "count": P()}
@@ -482,14 +483,12 @@ def test_two_processes_share_checksums_and_fallback(tmp_path):
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-  script = tmp_path / "worker.py"
-  script.write_text(_WORKER)
   repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env = {**os.environ, "PYTHONPATH": repo_root}
   env.pop("XLA_FLAGS", None)
   procs = [
-    subprocess.Popen(
-      [sys.executable, str(script), str(i), str(port), str(tmp_path / "ckpt")],
+    launcher.Popen(
+      [sys.executable, "-c", _WORKER, str(i), str(port), str(tmp_path / "ckpt")],
       stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT,
       text=True,

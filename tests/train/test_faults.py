@@ -2,7 +2,6 @@
 
 import os
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 from jaxformer import ladder
 from jaxformer.train import faults
+from tests import launcher
 
 
 def test_parse_points_and_reject_bad_values():
@@ -43,7 +43,7 @@ def test_kill_sends_sigkill_after_before():
   )
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env = {**os.environ, "PYTHONPATH": repo}
-  result = subprocess.run(
+  result = launcher.run(
     [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=repo
   )
   assert result.returncode == -signal.SIGKILL

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests import launcher
 from tests.train.train_helpers import REPO, env, main_command, run
 
 STEPS = 200  # long enough that SIGTERM lands mid-run, a second or so of training
@@ -35,7 +36,7 @@ def test_sigterm_saves_exits_0_and_resume_is_bitwise_identical(data_dir, tmp_pat
 
   workdir = tmp_path / "run"
   cmd = main_command(workdir, *ARGS, rung="softmax")
-  proc = subprocess.Popen(
+  proc = launcher.Popen(
     cmd, env=env(data_dir), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
   )
   metrics_file = workdir / "metrics.jsonl"

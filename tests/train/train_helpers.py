@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from experiments.configs import default
+from tests import XLA_TEST_FLAGS, launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_TASK = "mqar:vocab_size=32,seq_len=16,num_kv_pairs=2,num_examples=256,num_test_examples=32"
@@ -60,7 +61,7 @@ def env(data_dir, devices=1, **extra):
   out.update(
     PYTHONPATH=REPO,
     JAX_PLATFORMS="cpu",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {XLA_TEST_FLAGS}",
     JAXFORMER_DATA_DIR=str(data_dir),
     **{k: str(v) for k, v in extra.items()},
   )
@@ -78,7 +79,7 @@ def start_two_processes(cmd, data_dir, init_timeout=60, **env_extra):
   each), their stdout and stderr piped; the caller waits for them."""
   port = free_port()
   return [
-    subprocess.Popen(
+    launcher.Popen(
       cmd,
       env=env(
         data_dir,
@@ -99,7 +100,7 @@ def start_two_processes(cmd, data_dir, init_timeout=60, **env_extra):
 
 
 def run(cmd, data_dir, timeout=300, cwd=REPO, **env_extra):
-  return subprocess.run(
+  return launcher.run(
     cmd, env=env(data_dir, **env_extra), capture_output=True, text=True, timeout=timeout, cwd=cwd
   )
 
