@@ -55,11 +55,13 @@ EXPERIMENTS = (
 SIZES = protocol.SIZES
 
 
-def experiment(name):
-  """The module of experiment `name`, one of EXPERIMENTS (nothing else is imported)."""
+def experiment(name, module_path=None):
+  """The module of experiment `name`, one of EXPERIMENTS: experiments.<name>, or the module
+  `module_path` a Python caller names in its place (the tests' stand-ins; never from the
+  command line). Nothing else is imported."""
   if name not in EXPERIMENTS:
     raise ValueError(f"experiment={name!r}: expected one of {', '.join(EXPERIMENTS)}")
-  return importlib.import_module(f"experiments.{name}")
+  return importlib.import_module(module_path or f"experiments.{name}")
 
 
 def run_one(module, size, workdir, config=None):
@@ -119,7 +121,7 @@ def _worker(name, size, workdir, module_path=None):
   sys.stdout = _Prefixed(sys.__stdout__, f"{name}| ")
   sys.stderr = _Prefixed(sys.__stderr__, f"{name}| ")
   compile_cache.enable()
-  module = importlib.import_module(module_path) if module_path else experiment(name)
+  module = experiment(name, module_path)
   return run_one(module, size, workdir)
 
 
