@@ -240,31 +240,24 @@ def main(argv=None, single=None):
   jobs = 1 if single else values.jobs
   start = time.time()
   results = []
+
+  def finished(name, result):
+    results.append(result)
+    print(
+      f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
+      f"({result.cpu_seconds:.0f} CPU s)",
+      flush=True,
+    )
+    report.write(results, workdir)  # rewrite after each: a crash later loses nothing
+
   if jobs > 1 and len(names) > 1:
     print(f"{len(names)} experiments (size={size}), {jobs} at once ...", flush=True)
-
-    def finished(name, result):
-      results.append(result)
-      print(
-        f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
-        f"({result.cpu_seconds:.0f} CPU s)",
-        flush=True,
-      )
-      report.write(results, workdir)  # rewrite after each: a crash later loses nothing
-
-    results = run_parallel(names, size, workdir, jobs, finished)
+    results[:] = run_parallel(names, size, workdir, jobs, finished)
   else:
     compile_cache.enable()
     for i, name in enumerate(names, 1):
       print(f"[{i}/{len(names)}] {name} (size={size}) ...", flush=True)
-      result = run_one(experiment(name), size, workdir, config)
-      results.append(result)
-      print(
-        f"[{i}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
-        f"({result.cpu_seconds:.0f} CPU s)",
-        flush=True,
-      )
-      report.write(results, workdir)  # rewrite after each: a crash later loses nothing
+      finished(name, run_one(experiment(name), size, workdir, config))
   path = report.write(results, workdir)
   print(
     f"\n{report.tally(results)}: {sum(r.seconds for r in results):.0f} s of experiments"
