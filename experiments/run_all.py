@@ -145,9 +145,10 @@ def run_parallel(names, size, workdir, jobs, on_result, module_paths=None):
   """Runs experiments `names` in `jobs` worker processes (spawned: each its own JAX runtime),
   the longest first; calls on_result(name, result) as each finishes; returns the results in the
   order of `names`. `module_paths` maps a name to the module to import instead of
-  experiments.<name> (the tests' declared stand-ins). Each experiment is single-threaded for most of its time (XLA compiles on
-  one core, and small models' steps barely use two), so on a 2-core machine two at once finish
-  sooner than one after the other. Workers run on the CPU unless JAX_PLATFORMS is set."""
+  experiments.<name> (the tests' declared stand-ins). XLA compiles on one core, so one
+  experiment alone leaves a core idle while it compiles; in `make run` at two workers each
+  experiment used about one core (BENCHMARKS.md; not yet timed side by side against one
+  worker). Workers run on the CPU unless JAX_PLATFORMS is set."""
   context = multiprocessing.get_context("spawn")
   done = {}
   # Two processes cannot share one accelerator (a TPU is held by one process, a GPU's memory
