@@ -28,7 +28,8 @@ def _metrics(config, **changes):
     "split pre": (0.7, 0.2),
     "keys": (0.5, 0.2, 0.25),  # units, random, untrained
     "values": (0.2, 0.03, 0.05),
-    "ablation": ([0.3, 0.25, 0.35], [0.01, 0.0, 0.02]),  # per seed: units, another unit
+    # per seed: units, another unit, then the same at init
+    "ablation": ([0.3, 0.25, 0.35], [0.01, 0.0, 0.02], [0.1, 0.1, 0.1], [0.0, 0.0, 0.0]),
   } | changes
   n = lambda v: [v] * SEEDS  # noqa: E731
   models = [mlp_memory.w2_name(64, False)] + [mlp_memory.w2_name(w) for w in config.widths]
@@ -46,8 +47,11 @@ def _metrics(config, **changes):
     "fold": {cell: {"mixer": n(a), "mixer_and_skip": n(b)} for cell, (a, b) in fold.items()},
     "probe_keys": dict(zip(who, map(n, numbers["keys"]), strict=True)),
     "probe_values": dict(zip(who, map(n, numbers["values"]), strict=True)),
-    "ablation": dict(zip(("units", "another unit"), numbers["ablation"], strict=True)),
+    "ablation": dict(zip(ABLATION, numbers["ablation"], strict=True)),
   }
+
+
+ABLATION = ("units", "another unit", "untrained units", "untrained another unit")
 
 
 def _verdicts(config, **changes):
@@ -113,16 +117,19 @@ def test_the_more_memories_threshold_sides(loss, passes):
 
 
 @pytest.mark.parametrize(
-  "units, verdict",
+  "units, untrained, verdict",
   [
-    ([0.3, 0.25, 0.35], report.SUPPORTED),
-    ([0.0, 0.0, 0.01], report.REFUTED),  # no more than another unit's: the interval <= 0
-    ([0.2, -0.3, 0.4], report.UNRESOLVED),  # seeds disagree: the interval straddles 0
+    ([0.3, 0.25, 0.35], [0.1, 0.1, 0.1], report.SUPPORTED),
+    ([0.12, 0.12, 0.12], [0.1, 0.1, 0.1], report.SUPPORTED),  # 0.02 above init, every seed
+    ([0.3, 0.105, 0.35], [0.1, 0.1, 0.1], report.UNRESOLVED),  # one seed below the gain
+    # as far above another unit's as at init: the direct path alone, nothing trained
+    ([0.3, 0.25, 0.35], [0.3, 0.25, 0.35], report.REFUTED),
   ],
 )
-def test_the_causal_ablation_against_another_unit(units, verdict):
+def test_the_causal_ablation_against_another_unit_read_from_init(units, untrained, verdict):
   config = _config()
-  metrics = _metrics(config, ablation=(units, [0.01, 0.0, 0.02]))
+  zeros = [0.0, 0.0, 0.0]
+  metrics = _metrics(config, ablation=(units, zeros, untrained, zeros))
   (reading,) = [
     c for c in mlp_memory.criteria(metrics, config) if c.name == "ablation_lowers_promoted"
   ]
@@ -193,7 +200,7 @@ def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)
   assert len(result.controls) == 3 and len(result.criteria) == 6
-  assert set(result.metrics["ablation"]) == {"units", "another unit"}
+  assert set(result.metrics["ablation"]) == set(ABLATION)
   fold = result.metrics["fold"]
   # Exact in the single skip and for the split skip without norm once x A is allowed: these
   # hold for any weights, trained for 4 steps or not.
