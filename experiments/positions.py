@@ -167,7 +167,7 @@ def probe(config, trained):
       )
       params = arm.params()
       if untrained:
-        params = [harness.init_params(model, tokens, seed) for seed in range(len(params))]
+        params = [harness.init_params(model, tokens, seed) for seed in trained.seeds_in_view()]
       per_seed = [position_probe.position_r2(model, p, tokens) for p in params]
       if not per_seed:  # every point diverged: nothing to probe
         continue
