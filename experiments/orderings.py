@@ -74,11 +74,17 @@ def _gap(metrics, reference, row, setting):
   return [a - b for a, b in zip(ref, acc, strict=True)]
 
 
-def _gap_change(metrics, reference, a, b):
-  """Per seed: the gap to the reference of (row, setting) `a` - that of `b`."""
-  return [
+def _gap_grows(description, name, metrics, reference, a, b, controls):
+  """The gap to the reference of (row, setting) `a` - that of `b`, paired by seed, above 0;
+  UNRESOLVED where the reference did not learn a setting either reads."""
+  settings = list(dict.fromkeys((a[1], b[1])))
+  if not all(_reference_learned(controls or {}, s) for s in settings):
+    what = "the task" if len(settings) == 1 else "both tasks"
+    return _unresolved(description, name, f"the reference did not learn {what}")
+  change = [
     x - y for x, y in zip(_gap(metrics, reference, *a), _gap(metrics, reference, *b), strict=True)
   ]
+  return report.mean_above(description, change, 0.0, name=name, reads=[a, b])
 
 
 def _reference_learned(controls, setting):
@@ -169,13 +175,8 @@ def fixed_state_falls_behind(metrics, sweeps, reference, fixed_slope, controls=N
     rows = _rows(metrics, family, sweeps)
     row = rows[max(rows, key=lambda v: (v is not None, v or 0))]
     description = f"{row}: its gap to {reference} grows from {easy} to {hard}"
-    if not (_reference_learned(controls or {}, easy) and _reference_learned(controls or {}, hard)):
-      out.append(_unresolved(description, name, "the reference did not learn both tasks"))
-      continue
-    grows = _gap_change(metrics, reference, (row, hard), (row, easy))
-    out.append(
-      report.mean_above(description, grows, 0.0, name=name, reads=[(row, easy), (row, hard)])
-    )
+    reading = (row, hard), (row, easy)
+    out.append(_gap_grows(description, name, metrics, reference, *reading, controls))
   return out or [_unresolved("fixed-state mixers fall behind", name, "no fixed-state rows")]
 
 
@@ -190,13 +191,8 @@ def gap_shrinks_with_state(metrics, sweeps, reference, fixed_slope, controls=Non
       continue
     small, large = rows[min(rows)], rows[max(rows)]
     description = f"{family}: its gap to {reference} on {hard} shrinks from {small} to {large}"
-    if not _reference_learned(controls or {}, hard):
-      out.append(_unresolved(description, name, "the reference did not learn the task"))
-      continue
-    shrinks = _gap_change(metrics, reference, (small, hard), (large, hard))
-    out.append(
-      report.mean_above(description, shrinks, 0.0, name=name, reads=[(small, hard), (large, hard)])
-    )
+    reading = (small, hard), (large, hard)
+    out.append(_gap_grows(description, name, metrics, reference, *reading, controls))
   return out or [_unresolved("the gap shrinks with state", name, "no state sweep trained")]
 
 
