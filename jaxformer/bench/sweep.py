@@ -70,8 +70,9 @@ TINY_MQAR = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2,num_examples=64,num_tes
 TINY_TEXT = os.path.join(REPO_ROOT, "jaxformer", "math", "*.py")
 
 
-def config(arm, tiny=False):
-  """The training config of `arm` (resolved: sized for its task) and its train dataset."""
+def config(arm, tiny=False, total_steps=300):
+  """The training config of `arm` (resolved: sized for its task) and its train dataset;
+  `total_steps` is its step budget, which picks the XLA options (sweep.compiler_options)."""
   if arm not in ARMS:
     raise BenchError(f"arms: {arm!r} is not one of {', '.join(ARMS)}")
   rung, fields, train, task = ARMS[arm]
@@ -82,7 +83,9 @@ def config(arm, tiny=False):
   c = config_lib.get_config(rung)
   c.task = task
   c.peak_flops_per_device = 1e11  # the suite measures its own peak
-  c.update(total_steps=300, warmup_steps=50, eval_every=100, early_stop_accuracy=0.99, **train)
+  c.update(
+    total_steps=total_steps, warmup_steps=50, eval_every=100, early_stop_accuracy=0.99, **train
+  )
   with c.model.unlocked():
     c.model.update(fields)
   program.check_config(c)
@@ -190,13 +193,16 @@ def run(
   steps=10,
   repeats=3,
   tiny=False,
+  total_steps=300,
 ):
-  """A compile row per arm, a step row per (arm, replica count)."""
+  """A compile row per arm, a step row per (arm, replica count). `total_steps`: the arms'
+  step budget, 300 as at the quick sizes; above sweep.FAST_COMPILE_STEPS the programs compile
+  with XLA's default options, as at the full sizes (`--set total_steps=3000`)."""
   check_positive(replicas=replicas, compile_replicas=compile_replicas, steps=steps)
-  check_positive(repeats=repeats)
+  check_positive(repeats=repeats, total_steps=total_steps)
   if not arms or isinstance(arms, str):
     raise BenchError(f"arms={arms!r}: expected a tuple of names from {', '.join(ARMS)}")
-  configs = {arm: config(arm, tiny)[0] for arm in arms}  # BenchError before any work
+  configs = {arm: config(arm, tiny, total_steps)[0] for arm in arms}  # BenchError before any work
   peak = metrics.measure_matmul_peak()
   rows = []
   saved = _cache_settings()
@@ -211,6 +217,9 @@ def run(
       warm, warm_cpu = _compile(c, compile_replicas, shape)
       equations, hlo_bytes = _program_sizes(compile_replicas, shape, cold)
       row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas)
+      row["fast_compile"] = (
+        sweep.compiler_options(c, jax.default_backend())["train_step"] is not None
+      )
       for name, programs in (("cold", cold), ("warm", warm)):
         for part, seconds in programs.seconds.items():
           row[f"{name}_{part}_s"] = seconds

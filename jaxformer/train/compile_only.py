@@ -22,7 +22,6 @@ file (XLA keeps them for H100 and others), which needs the CUDA wheels (requirem
 """
 
 import dataclasses
-import functools
 import glob
 import json
 import math
@@ -32,7 +31,6 @@ import tempfile
 import time
 import types
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -260,40 +258,10 @@ def compile_sweep(config, n, target_spec, sizes=None):
   placed, mesh = sweep_placement(n, devices)
   everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()) if mesh else placed
   batch_shape = (config.batch_size, seq_len)
-  module = ladder.build(config.rung, config.model)
-  template = jax.eval_shape(
-    lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
-  )["params"]
-  model = sweep._FlatModel(module, sweep.FlatParams(template))
-  rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=placed)  # noqa: E731
-  scalar = jax.ShapeDtypeStruct((), jnp.float32)
-  hyper = {k: rep(scalar) for k in ("learning_rate", "weight_decay")}
-  keys = rep(jax.eval_shape(lambda: jax.random.key(0)))
-  init = jax.jit(
-    jax.vmap(
-      functools.partial(sweep._replica_init, config=config, model=model, batch_shape=batch_shape)
-    ),
-    out_shardings=placed,
+  _, _, args = sweep.jitted(
+    config, n, batch_shape, batch_shape, placed, everywhere, platform=tgt.platform
   )
-  state = jax.tree.map(
-    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed),
-    jax.eval_shape(init, keys, hyper),
-  )
-  token = rep(jax.ShapeDtypeStruct(batch_shape, jnp.int32))
-  batch = {"inputs": token, "targets": token, "mask": token}
-  active = rep(jax.ShapeDtypeStruct((), jnp.bool_))
-  step_fn = sweep._chunked(
-    functools.partial(sweep._replica_step, config=config, model=model), n, mesh
-  )
-  train = jax.jit(step_fn, donate_argnums=0, out_shardings=placed)
-  ev_token = jax.ShapeDtypeStruct(batch_shape, jnp.int32, sharding=everywhere)
-  ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
-  evaluate = jax.jit(jax.vmap(functools.partial(sweep._sums, model=model), in_axes=(0, None)))
-  args = {
-    "init": (init, (keys, hyper), sweep.RUN_ONCE),
-    "train_step": (train, (state, batch, hyper, active), None),
-    "eval_step": (evaluate, (state["params"], ev_batch), None),
-  }
+  state = args["train_step"][1][0]
   results = {
     name: compile_program(name, jitted, a, mesh, tgt, options)
     for name, (jitted, a, options) in args.items()
@@ -311,7 +279,9 @@ def compile_sweep(config, n, target_spec, sizes=None):
     "batch_shape": list(batch_shape),
     # a scanned stack, or replicas in groups one after another (a loop on one device)
     "flops_undercounted": bool(config.model.get("scan_layers", False))
-    or (mesh is None and sweep.REPLICA_CHUNK is not None and n > sweep.REPLICA_CHUNK),
+    or (
+      sweep.REPLICA_CHUNK is not None and n // (len(devices) if mesh else 1) > sweep.REPLICA_CHUNK
+    ),
     "state_bytes": leaf_bytes(state, per_device=False),
     "state_bytes_per_device": leaf_bytes(state, per_device=True),
     "programs": results,

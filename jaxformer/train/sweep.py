@@ -21,14 +21,15 @@ every replica has stopped or `total_steps` are done.
 Splits: the task's held-out split is cut in two halves by index: `validation` (first half:
 early stop and hyperparameter selection) and `eval` (second half: what a report states).
 
-With several devices in one process and N divisible by their number, the replica axis is
-laid along a 1-D mesh, so each device trains its own replicas.
+With several devices in one process and at least as many replicas, the replica axis is laid
+along a 1-D mesh of the devices that share them equally (`replica_devices`), so each device
+trains its own replicas.
 
 Inside the programs a replica's params and AdamW state are two flat vectors (FlatParams:
 the decayed weights, the norms and biases), which keeps the compiled step small; the
 params a SweepResult returns are the model's pytree again. The init program runs once, so
-it compiles without LLVM's optimizations (RUN_ONCE). On one device the train step runs the
-replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
+it compiles without LLVM's optimizations (RUN_ONCE). Each device runs the train and eval steps
+over its replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
@@ -227,9 +228,29 @@ def _sums(params, batch, *, model):
 
 
 # XLA options of the program that runs once per sweep (init): LLVM's optimizations cost more
-# compile time than they could save in one run. The train and eval steps keep XLA's defaults
-# (measured in BENCHMARKS.md: level 1 or 0 compiles them faster but steps slower).
+# compile time than they could save in one run.
 RUN_ONCE = {"xla_backend_optimization_level": 0}
+# On a CPU, a short sweep's train and eval steps compile with fewer LLVM passes and XLA's
+# elemental fusion emitters instead of the MLIR ones, and its init without the MLIR ones too:
+# at the quick sizes (jaxformer/bench/sweep.py, 3 replicas, CPU seconds) compiling the three
+# programs takes 3.6 / 7.4 / 7.6 s by default (lstm / transformer / text LM) and 1.9 / 4.3 /
+# 3.6 s so, while a train step costs up to ~8% more (BENCHMARKS.md). That pays below about
+# 1,000 steps: quick sizes use it, full sizes (1,500 steps and more) keep XLA's defaults.
+FAST_COMPILE = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
+FAST_COMPILE_STEPS = 1000
+
+
+def compiler_options(config, platform):
+  """{program: XLA options or None} of a sweep of `config` compiled for `platform`."""
+  fast = platform == "cpu" and config.total_steps <= FAST_COMPILE_STEPS
+  if not fast:
+    return {"init": RUN_ONCE, "train_step": None, "eval_step": None}
+  return {
+    "init": RUN_ONCE | {"xla_cpu_use_fusion_emitters": False},
+    "train_step": FAST_COMPILE,
+    "eval_step": FAST_COMPILE,
+  }
+
 
 # Compiled programs by program.cache_key: rung, model, static training fields, replicas, batch
 # shapes.
@@ -283,20 +304,90 @@ class Programs:
   cpu_seconds: dict  # the same in process CPU seconds (all threads)
 
 
-# Replicas per vmapped group of the train step (None: all N in one vmap). Measured at the
-# quick text LM arm, N = 24 (BENCHMARKS.md): one vmap of 24 costs 17 CPU ms per replica-step,
-# groups of 3 10 ms and of 6 11 ms (at N = 3: 8-11 ms): past a few replicas the activations
-# of one step outgrow the caches.
+# Replicas per vmapped group of the train and eval steps (None: all of a device's replicas in
+# one vmap). Measured at the quick text LM arm, N = 24 (BENCHMARKS.md): one vmap of 24 costs
+# 17 CPU ms per replica-step, groups of 3 10 ms and of 6 11 ms (at N = 3: 8-11 ms): past a few
+# replicas the activations of one step outgrow the caches. On accelerators the groups bound
+# memory: the eval sums of 28 replicas in one vmap were the largest program of 9 of the 11
+# training experiments' accel sizes (BENCHMARKS.md, compiled for 8 x H100 and v5e:2x4).
 REPLICA_CHUNK = 3
 
 
-def _chunked(replica_step, n, sharded):
-  """vmap(replica_step) over N, or (one device, N > REPLICA_CHUNK) a loop over groups of
-  REPLICA_CHUNK replicas, each group vmapped (lax.map's batch_size; the remainder is one more
-  group), so the step's working set stays that of a few replicas."""
-  if REPLICA_CHUNK is None or n <= REPLICA_CHUNK or sharded is not None:
-    return jax.vmap(replica_step)
-  return lambda *args: jax.lax.map(lambda a: replica_step(*a), args, batch_size=REPLICA_CHUNK)
+def _over_replicas(fn, sharded, shared=()):
+  """fn (one replica's arguments) over the leading replica axis of every argument but those
+  at positions `shared` (the same for all). A device runs its replicas in groups of
+  REPLICA_CHUNK, one vmapped group after another (lax.map's batch_size; the remainder is one
+  more group), so a step's working set is that of a few replicas. With a replica sharding
+  each device does this over its own replicas (shard_map: no replica crosses devices)."""
+
+  def local(*args):
+    axes = tuple(None if i in shared else 0 for i in range(len(args)))
+    n = jax.tree.leaves([a for i, a in enumerate(args) if i not in shared])[0].shape[0]
+    if REPLICA_CHUNK is None or n <= REPLICA_CHUNK:
+      return jax.vmap(fn, in_axes=axes)(*args)
+    own = [a for i, a in enumerate(args) if i not in shared]
+
+    def one(xs):
+      it = iter(xs)
+      return fn(*(args[i] if i in shared else next(it) for i in range(len(args))))
+
+    return jax.lax.map(one, own, batch_size=REPLICA_CHUNK)
+
+  if sharded is None:
+    return local
+
+  def placed(*args):
+    specs = tuple(P() if i in shared else P(REPLICA_AXIS) for i in range(len(args)))
+    return jax.shard_map(local, mesh=sharded.mesh, in_specs=specs, out_specs=P(REPLICA_AXIS))(*args)
+
+  return placed
+
+
+def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platform="cpu"):
+  """The three programs of an n-replica sweep, jitted, not compiled: (model, the train step
+  before jit, {name: (jitted, abstract args, XLA options)} for "init", "train_step" and
+  "eval_step"). `placed`: the
+  sharding of the replica-leading arrays (None: the default device; a NamedSharding over
+  REPLICA_AXIS lays the replicas along its mesh); `shared`: that of the eval batch, which every
+  replica reads; `platform`: what they compile for (the XLA options: `compiler_options`).
+  `programs` compiles them here; jaxformer.train.compile_only for a target."""
+  module = ladder.build(config.rung, config.model)
+  template = jax.eval_shape(
+    lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
+  )["params"]
+  model = _FlatModel(module, FlatParams(template))
+  mesh = placed if isinstance(placed, NamedSharding) else None
+  rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=placed)  # noqa: E731
+  scalar = jax.ShapeDtypeStruct((), jnp.float32)
+  hyper = {k: rep(scalar) for k in ("learning_rate", "weight_decay")}
+  keys = rep(jax.eval_shape(lambda: jax.random.key(0)))
+  out = {} if placed is None else {"out_shardings": placed}
+  init = jax.jit(
+    jax.vmap(functools.partial(_replica_init, config=config, model=model, batch_shape=batch_shape)),
+    **out,
+  )
+  state = jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed),
+    jax.eval_shape(init, keys, hyper),
+  )
+  token = rep(jax.ShapeDtypeStruct(batch_shape, jnp.int32))
+  batch = {"inputs": token, "targets": token, "mask": token}
+  active = rep(jax.ShapeDtypeStruct((), jnp.bool_))
+  step_fn = _over_replicas(functools.partial(_replica_step, config=config, model=model), mesh)
+  train = jax.jit(step_fn, donate_argnums=0, **out)
+  ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32, sharding=shared)
+  ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
+  evaluate = jax.jit(_over_replicas(functools.partial(_sums, model=model), mesh, shared=(1,)))
+  options = compiler_options(config, platform)
+  return (
+    model,
+    step_fn,
+    {
+      "init": (init, (keys, hyper), options["init"]),
+      "train_step": (train, (state, batch, hyper, active), options["train_step"]),
+      "eval_step": (evaluate, (state["params"], ev_batch), options["eval_step"]),
+    },
+  )
 
 
 def programs(config, n, batch_shape, eval_batch):
@@ -304,49 +395,29 @@ def programs(config, n, batch_shape, eval_batch):
   key = program.cache_key(config, _STATIC_FIELDS, n, batch_shape, eval_batch)
   if key in _COMPILED:
     return _COMPILED[key], 0.0
-  seconds, cpu_seconds = {}, {}
+  seconds, cpu_seconds, compiled = {}, {}, {}
   clock, cpu_clock = time.perf_counter(), time.process_time()
-  module = ladder.build(config.rung, config.model)
-  template = jax.eval_shape(
-    lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
-  )["params"]
-  model = _FlatModel(module, FlatParams(template))
   sharded = _placement(n)
-  rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=sharded)  # noqa: E731
-  hyper = {k: rep(jax.ShapeDtypeStruct((), jnp.float32)) for k in ("learning_rate", "weight_decay")}
-  keys = jax.ShapeDtypeStruct((n,), jax.random.key(0).dtype, sharding=sharded)
-  placed = {} if sharded is None else {"out_shardings": sharded}
-  init = jax.jit(
-    jax.vmap(functools.partial(_replica_init, config=config, model=model, batch_shape=batch_shape)),
-    **placed,
+  model, step_fn, built = jitted(
+    config, n, batch_shape, eval_batch, sharded, platform=jax.default_backend()
   )
-  state = jax.eval_shape(init, keys, hyper)
-  init = init.lower(keys, hyper).compile(compiler_options=RUN_ONCE)
-  seconds["init"], clock = time.perf_counter() - clock, time.perf_counter()
-  cpu_seconds["init"], cpu_clock = time.process_time() - cpu_clock, time.process_time()
-  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharded), state)
-  token = jax.ShapeDtypeStruct((n, *batch_shape), jnp.int32, sharding=sharded)
-  batch = {"inputs": token, "targets": token, "mask": token}
-  active = jax.ShapeDtypeStruct((n,), jnp.bool_, sharding=sharded)
-  step_fn = _chunked(functools.partial(_replica_step, config=config, model=model), n, sharded)
-  train = jax.jit(
+  for name, (fn, args, options) in built.items():
+    compiled[name] = fn.lower(*args).compile(compiler_options=options)
+    part = {"train_step": "train", "eval_step": "eval"}.get(name, name)
+    seconds[part], clock = time.perf_counter() - clock, time.perf_counter()
+    cpu_seconds[part], cpu_clock = time.process_time() - cpu_clock, time.process_time()
+  result = Programs(
+    compiled["init"],
+    compiled["train_step"],
+    compiled["eval_step"],
+    sharded,
+    built["train_step"][1][0],
+    model.flat,
     step_fn,
-    donate_argnums=0,
-    **placed,
+    seconds,
+    cpu_seconds,
   )
-  train = train.lower(state, batch, hyper, active).compile()
-  seconds["train"], clock = time.perf_counter() - clock, time.perf_counter()
-  cpu_seconds["train"], cpu_clock = time.process_time() - cpu_clock, time.process_time()
-  ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32)
-  ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
-  evaluate = jax.jit(jax.vmap(functools.partial(_sums, model=model), in_axes=(0, None)))
-  evaluate = evaluate.lower(state["params"], ev_batch).compile()
-  seconds["eval"] = time.perf_counter() - clock
-  cpu_seconds["eval"] = time.process_time() - cpu_clock
-  compiled = Programs(
-    init, train, evaluate, sharded, state, model.flat, step_fn, seconds, cpu_seconds
-  )
-  return program.remember(_COMPILED, key, compiled, _MAX_COMPILED), sum(seconds.values())
+  return program.remember(_COMPILED, key, result, _MAX_COMPILED), sum(seconds.values())
 
 
 def clear_compiled():

@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxformer import ladder
+from jaxformer import data, ladder
 from jaxformer.train import config as config_lib
-from jaxformer.train import loop, sweep
+from jaxformer.train import loop, program, sweep
 
 TASK = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2,num_examples=256,num_test_examples=32"
 
@@ -56,6 +56,31 @@ def test_replicas_laid_along_the_devices_match_the_single_device_program():
   first_three = sweep.train(_config(), replicas[:3])  # 3 do not divide 8: one device
   for a, b in zip(sharded.runs[:3], first_three.runs, strict=True):
     np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+
+
+def test_each_device_runs_its_replicas_in_groups(monkeypatch):
+  # 16 replicas over the 8 devices, 2 each; groups of 1: each device loops over its own two
+  monkeypatch.setattr(sweep, "REPLICA_CHUNK", 1)
+  sweep.clear_compiled()
+  replicas = sweep.grid(range(4), (1e-3, 3e-3, 1e-2, 2e-2))
+  grouped = sweep.train(_config(), replicas)
+  assert sweep.replica_devices(16, jax.local_devices()) == jax.local_devices()
+  monkeypatch.setattr(sweep, "REPLICA_CHUNK", None)
+  sweep.clear_compiled()
+  alone = sweep.train(_config(), replicas[:3])  # one device, one vmap
+  sweep.clear_compiled()
+  for a, b in zip(grouped.runs[:3], alone.runs, strict=True):
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(a.evals, b.evals, rtol=2e-6, atol=2e-6)
+
+
+def test_the_eval_sums_run_in_groups_so_their_memory_is_that_of_a_group():
+  c = program.resolve(_config(), data.get_dataset(TASK, "train", None))
+  temp = {}
+  for n in (3, 6):  # both on one device (fewer replicas than devices)
+    compiled, _ = sweep.programs(c, n, (8, 8), (8, 8))
+    temp[n] = compiled.evaluate.memory_analysis().temp_size_in_bytes
+  assert temp[6] < 1.5 * temp[3]  # one vmap of 6: twice the temporaries of 3 (measured)
 
 
 def test_replicas_trained_in_groups_match_one_vmapped_group(three):
@@ -163,3 +188,13 @@ def test_replicas_spread_over_the_most_devices_that_share_them_equally():
   assert sweep.replica_devices(29, devices) == [0]  # a prime: one device
   assert sweep.replica_devices(3, devices) == [0]  # fewer replicas than devices
   assert sweep.replica_devices(5, [0]) == [0]
+
+
+def test_short_cpu_sweeps_compile_fast_and_long_or_accelerator_ones_keep_the_defaults():
+  short = sweep.compiler_options(_config(total_steps=sweep.FAST_COMPILE_STEPS), "cpu")
+  assert short["train_step"] == short["eval_step"] == sweep.FAST_COMPILE
+  assert short["init"]["xla_backend_optimization_level"] == 0
+  long = sweep.compiler_options(_config(total_steps=sweep.FAST_COMPILE_STEPS + 1), "cpu")
+  gpu = sweep.compiler_options(_config(), "cuda")
+  for options in (long, gpu):
+    assert options == {"init": sweep.RUN_ONCE, "train_step": None, "eval_step": None}
