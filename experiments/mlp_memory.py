@@ -6,7 +6,11 @@ repository's own Python source, three questions:
 
   W2        two claims kept apart, each at one factor: at equal width F = D, with W2 (each unit
             writes any vector) vs without (unit f writes coordinate f); and with W2, F = D vs
-            F = 4D (more memories). Eval loss per seed.
+            F = 4D (more memories). Since W2 also adds D x F parameters, (a') compares W2 at
+            F = D with no W2 at F = 2D, where W1 alone has the same parameters (unit f writes
+            coordinate f mod D). Falsification: a W2 fixed at a random orthonormal matrix (not
+            learned) writes fixed directions, as no W2 does up to a rotation, so criterion (a)
+            read with it in place of the learned W2 must reject it. Eval loss per seed.
   W1 fold   a 2 x 2 of {single, split skip} x {no norm, pre-norm} (rung `mlp_kv`, biases on,
             trained): the best linear fold of W1 into the mixing output, by least squares over
             real activations (jaxformer.analysis.absorption.fit, biases included), two ways:
@@ -28,6 +32,8 @@ Controls (else INCONCLUSIVE): each model of the W2 claims learns (chance-adjuste
 accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model are non-zero
 (max |bo|, |b1| >= 1e-3, every seed). Claims, every seed (paired by seed):
 (a) W2 at equal width: eval loss without W2 - with W2 (F = D) >= 0.02 nats/char;
+(a') W2 at equal parameters (version 5): eval loss without W2 at F = 2D - with W2 at F = D
+    >= 0.02 nats/char;
 (b) with W2, F = 4D - F = D: eval loss of F = D - of F = 4D >= 0.02 (sizes with F = 4D);
 (c) single skip, no norm and pre-norm: the fold into the mixer leaves a relative residual
     <= 1e-4 (exact) in every layer;
@@ -44,9 +50,9 @@ accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model
   python -m experiments.mlp_memory --workdir runs/mlp_memory                 # quick
   python -m experiments.mlp_memory --size full --workdir runs/mlp_memory_full
 
-Sizes: quick (`make run`): D=64, 2 heads, 2 layers, L=32; W2 claim (a) at F = D, the fold
+Sizes: quick (`make run`): D=64, 2 heads, 2 layers, L=32; W2 claims (a), (a') at F = D, the fold
 models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3+1 seeds at lr 3e-3, 300
-steps (the other fold cells 100). full: F in {D, 4D} (claim (b)), fold models at 4D, 3 seeds x
+steps (the fold cells too). full: F in {D, 4D} (claim (b)), fold models at 4D, 3 seeds x
 lr {3e-3, 1e-2}, 1,500 steps (fold cells 500). Measured numbers: docs/experiments.md.
 """
 
@@ -82,11 +88,13 @@ EXACT = 1e-4  # (c), (d): a fold residual <= this is exact
 SKIP_COST = 0.05  # (d): the mixer-only fold of the split skip leaves >= this
 NORM_COST = 0.02  # (e): the fold with x A across a layer norm leaves >= this
 ABLATION_GAIN = 0.01  # (h): own - another's logit drop, trained minus init, >= this (v4)
+MATCHED = 2  # (a'): no W2 at F = MATCHED x D has the parameters of W1 and W2 at F = D
 PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 4  # v2: the folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init
+VERSION = 5  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
+# v5: the parameter-matched arm (a') and the fixed-W2 falsification arm
 SPECS = (
   protocol.Spec(
     "w2_models_learn",
@@ -102,6 +110,12 @@ SPECS = (
   ),
   protocol.Spec(
     "w2_helps", f"(a) loss without W2 - with W2 >= {LOSS_MARGIN}", threshold=LOSS_MARGIN
+  ),
+  protocol.Spec(
+    "w2_helps_matched",
+    f"(a') loss without W2 at F = {MATCHED} D (the parameters of W1 and W2 at F = D) - with W2 at "
+    f"F = D >= {LOSS_MARGIN}",
+    threshold=LOSS_MARGIN,
   ),
   protocol.Spec(
     "width_helps", f"(b) loss at F = D - at a wider F >= {LOSS_MARGIN}", threshold=LOSS_MARGIN
@@ -151,10 +165,11 @@ CHECKS = (
 )
 FALSIFICATION = (
   protocol.Falsification(
-    "no W2, F widened to the same parameters",
+    "F=D fixed W2",
     "w2_helps",
-    "the parameter-matched arm of issue 25 item 5; proposed, not trained yet",
-    trained=False,
+    "W2 fixed at a random orthonormal matrix, not learned (jaxformer.math.mlp.fixed_values): "
+    "its units write fixed directions, as without W2 up to a rotation, so criterion (a) read "
+    "with it in place of the learned W2 must reject it",
   ),
 )
 
@@ -168,7 +183,9 @@ def get_config(size="quick"):
   c.num_heads = 2
   c.num_layers = 2
   c.widths = (64,)  # F of the W2 models; F = D is also trained without W2
-  c.fold_steps = 100  # steps of the fold cells other than (single, pre-norm)
+  # steps of the fold cells other than (single, pre-norm). v5: 300 at quick (v4: 100), the
+  # cap: every quick run grew each cell 100 -> 200 -> 300, retraining from scratch each time
+  c.fold_steps = 300
   c.fold_sequences = 64  # training windows the folds are fitted on (x L positions)
   c.top_k = 50  # contexts per unit
   c.probe_sequences = 512  # training windows scanned by the probe
@@ -218,6 +235,22 @@ def w2_name(width, w2=True):
   return f"F={width}" + (" W2" if w2 else " no W2")
 
 
+def fixed_name(width):
+  return f"F={width} fixed W2"
+
+
+def claim_models(config):
+  """The W2 claims' models: no W2 at F = D and at the matched width, W2 at every width, and
+  the falsification arm (W2 fixed) at F = D."""
+  d = config.d_model
+  return [
+    w2_name(d, False),
+    w2_name(MATCHED * d, False),
+    *(w2_name(w) for w in config.widths),
+    fixed_name(d),
+  ]
+
+
 def cell_name(skip, norm):
   return f"{skip} skip, LN {norm}"
 
@@ -229,7 +262,8 @@ def fold_models(config):
   return {cell: widest if cell == ("single", "pre") else cell_name(*cell) for cell in CELLS}
 
 
-def fields(config, vocab_size, width, w2=True, skip="single", norm="pre"):
+def fields(config, vocab_size, width, w2=True, skip="single", norm="pre", trained=True):
+  extra = {} if trained else {"mlp_w2_trained": False}  # a design's arms name what they change
   return (
     harness.model_fields(
       config,
@@ -238,6 +272,7 @@ def fields(config, vocab_size, width, w2=True, skip="single", norm="pre"):
       num_heads=config.num_heads,
       d_ff=width,
       mlp_w2=w2,
+      **extra,
       use_bias=True,  # the fold must carry bo W1 + b1
       skip=skip,
     )
@@ -249,15 +284,14 @@ def arms(config):
   check(config)
   task = task_spec(config)
   vocab = data.get_dataset(task, "train").vocab_size
+  d = config.d_model
   out = [
-    protocol.Arm(
-      w2_name(config.d_model, False),
-      SETTING,
-      "mlp_kv",
-      task,
-      fields(config, vocab, config.d_model, w2=False),
-    )
+    protocol.Arm(w2_name(w, False), SETTING, "mlp_kv", task, fields(config, vocab, w, w2=False))
+    for w in (d, MATCHED * d)
   ]
+  out.append(
+    protocol.Arm(fixed_name(d), SETTING, "mlp_kv", task, fields(config, vocab, d, trained=False))
+  )
   out += [
     protocol.Arm(w2_name(w), SETTING, "mlp_kv", task, fields(config, vocab, w))
     for w in config.widths
@@ -489,7 +523,6 @@ def _paired(a, b):
 
 def controls(metrics, config):
   adj = metrics["adjusted"]
-  names = [w2_name(config.d_model, False)] + [w2_name(w) for w in config.widths]
   out = [
     report.every_seed(
       f"{name} learns: adjusted next-character accuracy >= {CONTROL_LEARNS}",
@@ -498,7 +531,7 @@ def controls(metrics, config):
       name="w2_models_learn",
       reads=[(name, SETTING)],
     )
-    for name in names
+    for name in claim_models(config)
   ]
   out.append(
     report.every_seed(
@@ -538,6 +571,17 @@ def criteria(metrics, config):
       reads=[(w2_name(d, False), SETTING), (w2_name(d), SETTING)],
     )
   ]
+  matched = w2_name(MATCHED * d, False)
+  out.append(
+    report.every_seed(
+      f"(a') W2 at equal parameters: eval loss without W2 at F = {MATCHED * d} - with W2 at F = "
+      f"{d} >= {LOSS_MARGIN} nats/char",
+      _paired(loss[matched][SETTING], loss[w2_name(d)][SETTING]),
+      lambda g: g >= LOSS_MARGIN,
+      name="w2_helps_matched",
+      reads=[(matched, SETTING), (w2_name(d), SETTING)],
+    )
+  )
   for width in (w for w in config.widths if w > d):
     out.append(
       report.every_seed(
@@ -594,6 +638,21 @@ def criteria(metrics, config):
   return out
 
 
+def falsification(metrics, config):
+  """Criterion (a) read with the fixed W2 in place of the learned one: it must reject it."""
+  loss, d = metrics["eval_loss"], config.d_model
+  return [
+    report.every_seed(
+      f"(a) on the falsification arm: eval loss without W2 - with a fixed (not learned) W2, "
+      f"F = {d}, >= {LOSS_MARGIN} nats/char",
+      _paired(loss[w2_name(d, False)][SETTING], loss[fixed_name(d)][SETTING]),
+      lambda g: g >= LOSS_MARGIN,
+      name="w2_helps",
+      reads=[(w2_name(d, False), SETTING), (fixed_name(d), SETTING)],
+    )
+  ]
+
+
 def _ablation_minus_another(ablation):
   """(trained, untrained), per seed: own - another unit's drop, of the trained model and of
   the same network at init (where the direct path alone already makes a unit's own ablation
@@ -605,7 +664,7 @@ def _ablation_minus_another(ablation):
 def _plot(config, trained, fold, metrics, workdir):
   fig = harness.figure(cols=3)
   ax_loss, ax_fold, ax_probe = fig.subplots(1, 3)
-  names = [w2_name(config.d_model, False)] + [w2_name(w) for w in config.widths]
+  names = claim_models(config)
   loss = trained.metrics()["eval_loss"]
   protocol.spread(ax_loss, list(range(len(names))), [loss[n][SETTING] for n in names], "eval")
   ax_loss.set_xticks(range(len(names)), names)

@@ -106,7 +106,8 @@ def default_config(name):
   c.window = ml_collections.FieldReference(None, field_type=int)  # sliding window; None: all
   c.attention = GENERIC  # generic | dense | dot_product | blockwise | sliding_window | ...
   c.mlp = "none"  # none (elementwise sigma) | kv (W2 sigma(W1 .))
-  c.mlp_w2 = True  # mlp='kv' without W2 needs d_ff == d_model
+  c.mlp_w2 = True  # mlp='kv' without W2 needs d_ff a multiple of d_model
+  c.mlp_w2_trained = True  # False: W2 is a fixed orthonormal matrix, not learned
   c.activation = "gelu"  # sigma: gelu | relu | tanh
   c.skip = "single"  # single: x + ffn(mix(x)) | split: x + mix, then + ffn | none: ffn(mix(x))
   c.norm = "none"  # none | pre | post (layer norm placement)
@@ -152,7 +153,8 @@ def _custom_config():
   c.scan_layers = False  # one nn.scan over the layers: params stacked under 'layers' (lm.py)
   c.remat = "none"  # scanned layers: none | dots | full (recompute activations backward)
   c.mlp = "kv"  # none (elementwise sigma) | kv (W2 sigma(W1 .))
-  c.mlp_w2 = True  # mlp='kv' without W2 needs d_ff == d_model
+  c.mlp_w2 = True  # mlp='kv' without W2 needs d_ff a multiple of d_model
+  c.mlp_w2_trained = True  # False: W2 is a fixed orthonormal matrix, not learned
   c.activation = "gelu"  # sigma: gelu | relu | tanh
   c.skip = "split"  # single: x + ffn(mix(x)) | split: x + mix, then + ffn
   c.norm = "pre"  # none | pre | post (layer norm placement)
@@ -265,7 +267,13 @@ def _mixer(c):
 
 def _ffn(c):
   if c.mlp == "kv":
-    return MlpKV(d_ff=c.d_ff, activation=c.activation, w2=c.mlp_w2, use_bias=c.use_bias)
+    return MlpKV(
+      d_ff=c.d_ff,
+      activation=c.activation,
+      w2=c.mlp_w2,
+      w2_trained=c.mlp_w2_trained,
+      use_bias=c.use_bias,
+    )
   return block.Activation(c.activation)
 
 
@@ -335,11 +343,13 @@ def validate(name, config):
     raise ConfigError(f"model.temperature={c.temperature!r}: must be a finite number > 0")
   if c.window is not None and c.window <= 0:
     raise ConfigError(f"model.window={c.window!r}: must be a positive integer or None")
-  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff != c.d_model:
+  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff % c.d_model:
     raise ConfigError(
       f"model.d_ff={c.d_ff}: without W2 each hidden unit writes one coordinate, "
-      f"so d_ff must equal d_model={c.d_model}"
+      f"so d_ff must be a multiple of d_model={c.d_model}"
     )
+  if c.mlp == "kv" and not c.mlp_w2 and not c.mlp_w2_trained:
+    raise ConfigError("model.mlp_w2_trained=False: needs model.mlp_w2=True (a W2 to fix)")
   if c.attention != GENERIC and (c.interaction != "lowrank" or c.normalizer != "softmax"):
     raise ConfigError(
       f"model.attention={c.attention!r} needs interaction='lowrank' and normalizer='softmax' "
@@ -381,8 +391,10 @@ def _validate_custom(c):
     raise ConfigError(
       "model.mixer: empty; name a mixer class, 'package.module:Class' or 'path/to/file.py:Class'"
     )
-  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff != c.d_model:
-    raise ConfigError(f"model.d_ff={c.d_ff}: without W2 d_ff must equal d_model={c.d_model}")
+  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff % c.d_model:
+    raise ConfigError(
+      f"model.d_ff={c.d_ff}: without W2 d_ff must be a multiple of d_model={c.d_model}"
+    )
   from jaxformer.mixers import plug
 
   cls, fields = custom_mixer(c)

@@ -9,7 +9,7 @@ Two questions per unit f of one layer, answered from a model and some training t
 - What does its value write? `value_tokens`: the k tokens whose logits v_f raises most,
   scores_FV = v_f W_U through the (tied or untied) unembedding, without the final layer
   norm, as Geva et al. project values onto the output embeddings.
-Without W2 (mlp_w2=False) unit f writes coordinate f only: v_f = e_f.
+Without W2 (mlp_w2=False) unit f writes coordinate f mod D only: v_f = e_(f mod D).
 """
 
 import functools
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxformer.analysis.cache import run_with_cache
+from jaxformer.math import mlp as mlp_math
 
 
 def value_tokens(params, layer, k=5):
@@ -27,7 +28,10 @@ def value_tokens(params, layer, k=5):
   tree = _tree(params)
   ffn = _layer(tree, layer)["ffn"]
   unembed_DV = tree["unembed"] if "unembed" in tree else jnp.transpose(tree["embed"])
-  values_FD = ffn["w2"] if "w2" in ffn else jnp.eye(unembed_DV.shape[0])
+  if "w2" in ffn:
+    values_FD = ffn["w2"]
+  else:
+    values_FD = jnp.asarray(mlp_math.pooled_values(ffn["w1"].shape[1], unembed_DV.shape[0]))
   scores_FV = np.asarray(jnp.einsum("FD,DV->FV", values_FD, unembed_DV))
   top_Fk = np.argsort(-scores_FV, axis=1, kind="stable")[:, :k]
   return {"tokens": top_Fk, "scores": np.take_along_axis(scores_FV, top_Fk, axis=1)}

@@ -18,7 +18,9 @@ def _metrics(config, **changes):
   """The claim's numbers, the same for every seed; `changes` replace entries by name."""
   numbers = {
     "loss F=64 no W2": 2.3,
+    "loss F=128 no W2": 2.25,  # the parameter-matched arm
     "loss F=64 W2": 2.2,
+    "loss F=64 fixed W2": 2.3,  # the falsification arm: no better than no W2
     "loss F=256 W2": 2.1,
     "adjusted": 0.4,
     "bias": 0.05,
@@ -32,7 +34,7 @@ def _metrics(config, **changes):
     "ablation": ([0.3, 0.25, 0.35], [0.01, 0.0, 0.02], [0.1, 0.1, 0.1], [0.0, 0.0, 0.0]),
   } | changes
   n = lambda v: [v] * SEEDS  # noqa: E731
-  models = [mlp_memory.w2_name(64, False)] + [mlp_memory.w2_name(w) for w in config.widths]
+  models = mlp_memory.claim_models(config)
   fold = {
     mlp_memory.cell_name("single", "none"): (numbers["single none"], numbers["single none"]),
     mlp_memory.cell_name("single", "pre"): (numbers["single pre"], numbers["single pre"]),
@@ -62,15 +64,16 @@ def _verdicts(config, **changes):
   )
 
 
-# controls: no W2, F=64 W2, F=256 W2 learn; biases. criteria: a, b, d (mixer only), e, f, g,
-# h (version 2: the exact folds (c) and (d, with x A) are identity checks; version 3 adds h)
-PASS = ([True] * 4, [True] * 7)
+# controls: no W2 (F=64, 128), F=64 W2, F=256 W2, fixed W2 learn; biases. criteria: a, a', b,
+# d (mixer only), e, f, g, h (version 2: the exact folds (c) and (d, with x A) are identity
+# checks; version 3 adds h, version 5 a')
+PASS = ([True] * 6, [True] * 8)
 
 
 def _flip(passes, index):
-  out = [True] * 7
+  out = [True] * 8
   out[index] = passes
-  return ([True] * 4, out)
+  return ([True] * 6, out)
 
 
 def test_the_claim_passes_with_its_controls():
@@ -78,7 +81,7 @@ def test_the_claim_passes_with_its_controls():
 
 
 def test_without_a_wider_model_there_is_no_width_claim():
-  assert _verdicts(_config(wide=False)) == ([True] * 3, [True] * 6)
+  assert _verdicts(_config(wide=False)) == ([True] * 5, [True] * 7)
 
 
 def test_the_arms_share_the_single_pre_norm_cell_with_the_widest_w2_model():
@@ -89,21 +92,21 @@ def test_the_arms_share_the_single_pre_norm_cell_with_the_widest_w2_model():
 
 
 def test_a_model_that_does_not_learn_makes_it_inconclusive():
-  assert _verdicts(_config(), adjusted=0.1)[0] == [False, False, False, True]
+  assert _verdicts(_config(), adjusted=0.1)[0] == [False] * 5 + [True]
 
 
 def test_biases_left_at_zero_make_it_inconclusive():
-  assert _verdicts(_config(), bias=0.0)[0] == [True, True, True, False]
+  assert _verdicts(_config(), bias=0.0)[0] == [True] * 5 + [False]
 
 
 @pytest.mark.parametrize("value, passes", [(0.2, True), (0.19, False)])
 def test_the_control_learns_threshold_sides(value, passes):
-  assert _verdicts(_config(), adjusted=value)[0][:3] == [passes] * 3
+  assert _verdicts(_config(), adjusted=value)[0][:5] == [passes] * 5
 
 
 @pytest.mark.parametrize("value, passes", [(1e-3, True), (9e-4, False)])
 def test_the_control_bias_threshold_sides(value, passes):
-  assert _verdicts(_config(), bias=value)[0][3] == passes
+  assert _verdicts(_config(), bias=value)[0][5] == passes
 
 
 @pytest.mark.parametrize("loss, passes", [(2.225, True), (2.215, False)])
@@ -113,7 +116,45 @@ def test_the_w2_at_equal_width_threshold_sides(loss, passes):
 
 @pytest.mark.parametrize("loss, passes", [(2.175, True), (2.185, False)])
 def test_the_more_memories_threshold_sides(loss, passes):
-  assert _verdicts(_config(), **{"loss F=256 W2": loss}) == _flip(passes, 1)
+  assert _verdicts(_config(), **{"loss F=256 W2": loss}) == _flip(passes, 2)
+
+
+@pytest.mark.parametrize("loss, passes", [(2.225, True), (2.215, False)])
+def test_the_w2_at_equal_parameters_threshold_sides(loss, passes):
+  assert _verdicts(_config(), **{"loss F=128 no W2": loss}) == _flip(passes, 1)
+
+
+@pytest.mark.parametrize(
+  "fixed, verdict",
+  [(2.3, report.REFUTED), (2.29, report.REFUTED), (2.275, report.SUPPORTED)],
+)
+def test_the_fixed_w2_falsification_arm_is_read_by_criterion_a(fixed, verdict):
+  """A fixed W2 no better than none is rejected; one that (a) would accept makes the
+  experiment INCONCLUSIVE (the protocol's reading of a SUPPORTED falsification)."""
+  metrics = _metrics(_config(), **{"loss F=64 fixed W2": fixed})
+  (reading,) = mlp_memory.falsification(metrics, _config())
+  assert reading.name == "w2_helps" and reading.verdict == verdict
+
+
+def test_the_matched_arm_has_the_parameters_of_w1_and_w2_at_f_equal_d():
+  import jax
+
+  from jaxformer import ladder
+
+  config = mlp_memory.get_config("tiny")
+  arms = {a.model: a for a in mlp_memory.arms(config)}
+  d = config.d_model
+
+  def count(name):
+    c = ladder.default_config("mlp_kv")
+    c.update(arms[name].fields)
+    model = ladder.build("mlp_kv", c)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jax.numpy.zeros((1, 4), "int32"))
+    return sum(x.size for x in jax.tree.leaves(shapes["params"]))
+
+  matched = mlp_memory.w2_name(mlp_memory.MATCHED * d, False)
+  assert count(matched) == count(mlp_memory.w2_name(d))
+  assert count(mlp_memory.fixed_name(d)) < count(mlp_memory.w2_name(d))  # W2 is no parameter
 
 
 @pytest.mark.parametrize(
@@ -149,13 +190,13 @@ def test_the_exact_folds_are_identity_checks_not_criteria():
 @pytest.mark.parametrize("residual, passes", [(0.05, True), (0.049, False)])
 def test_the_split_skip_cost_threshold_sides(residual, passes):
   """A split skip whose MLP barely reads x would fold into the mixer alone."""
-  assert _verdicts(_config(), **{"split none": (residual, 1e-7)}) == _flip(passes, 2)
+  assert _verdicts(_config(), **{"split none": (residual, 1e-7)}) == _flip(passes, 3)
 
 
 @pytest.mark.parametrize("residual, passes", [(0.02, True), (0.019, False)])
 def test_the_norm_cost_threshold_sides(residual, passes):
   """A layer norm that barely bends (e.g. every token of one scale) would leave a fold."""
-  assert _verdicts(_config(), **{"split pre": (0.7, residual)}) == _flip(passes, 3)
+  assert _verdicts(_config(), **{"split pre": (0.7, residual)}) == _flip(passes, 4)
 
 
 @pytest.mark.parametrize(
@@ -163,7 +204,7 @@ def test_the_norm_cost_threshold_sides(residual, passes):
   [((0.455, 0.2, 0.35), True), ((0.445, 0.2, 0.35), False), ((0.445, 0.35, 0.2), False)],
 )
 def test_the_key_pattern_threshold_sides_against_either_control(keys, passes):
-  assert _verdicts(_config(), keys=keys) == _flip(passes, 4)
+  assert _verdicts(_config(), keys=keys) == _flip(passes, 5)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +212,7 @@ def test_the_key_pattern_threshold_sides_against_either_control(keys, passes):
   [((0.155, 0.1, 0.05), True), ((0.145, 0.1, 0.05), False), ((0.145, 0.05, 0.1), False)],
 )
 def test_the_value_agreement_threshold_sides_against_either_control(values, passes):
-  assert _verdicts(_config(), values=values) == _flip(passes, 5)
+  assert _verdicts(_config(), values=values) == _flip(passes, 6)
 
 
 def test_one_seed_below_fails_an_every_seed_criterion():
@@ -179,7 +220,7 @@ def test_one_seed_below_fails_an_every_seed_criterion():
   metrics = _metrics(config)
   metrics["eval_loss"]["F=64 no W2"][S] = [2.3, 2.21, 2.3]
   passed = [c.passed for c in mlp_memory.criteria(metrics, config)]
-  assert passed == [False] + [True] * 6
+  assert passed == [False] + [True] * 7
 
 
 def test_a_grid_without_f_equal_d_is_refused():
@@ -195,11 +236,13 @@ def test_tiny_run_trains_measures_folds_and_probes(tmp_path):
   result = protocol.run(mlp_memory, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.experiment == mlp_memory.NAME and result.verdict in report.VERDICTS
   arms = mlp_memory.arms(config)
-  assert len(arms) == 5  # no W2, W2 (= the single / pre-norm cell), three more fold cells
+  assert len(arms) == 7  # no W2 (F = D, 2D), fixed W2, W2 (= the single / pre cell), 3 cells
   assert len(result.runs) == len(arms) * (
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)
-  assert len(result.controls) == 3 and len(result.criteria) == 6
+  # controls: the four W2-claim models of one width learn, the biases; criteria: a, a', d-h
+  assert len(result.controls) == 5 and len(result.criteria) == 7
+  assert [f.name for f in result.falsification] == ["w2_helps"]
   assert set(result.metrics["ablation"]) == set(ABLATION)
   fold = result.metrics["fold"]
   # Exact in the single skip and for the split skip without norm once x A is allowed: these

@@ -7,6 +7,7 @@ import numpy as np
 from absl.testing import parameterized
 
 from jaxformer.math import layers, mlp, recurrent
+from jaxformer.steps.s8_mlp import MlpKV
 
 
 class MlpTest(chex.TestCase):
@@ -22,6 +23,32 @@ class MlpTest(chex.TestCase):
     dense = self.variant(mlp.mlp, static_argnums=5)(x, w1, b1, w2, b2, activation)
     memory = self.variant(mlp.mlp_as_memory, static_argnums=5)(x, w1.T, b1, w2, b2, activation)
     chex.assert_trees_all_close(dense, memory, atol=1e-4, rtol=1e-5)
+
+  @parameterized.parameters(8, 16, 24)
+  def test_without_w2_unit_f_writes_coordinate_f_mod_d(self, d_ff):
+    module = MlpKV(d_ff=d_ff, w2=False, use_bias=False)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 8))
+    params = module.init(jax.random.key(1), x)
+    out, inter = module.apply(params, x, mutable="intermediates")
+    post = inter["intermediates"]["mlp_post"][0]
+    chex.assert_trees_all_close(out, post @ mlp.pooled_values(d_ff, 8), atol=1e-6)
+    expected = sum(post[..., i * 8 : (i + 1) * 8] for i in range(d_ff // 8))
+    chex.assert_trees_all_close(out, expected, atol=1e-6)
+    with self.assertRaisesRegex(ValueError, "multiple of d_model=8"):
+      MlpKV(d_ff=12, w2=False).init(jax.random.key(1), x)
+
+  @parameterized.parameters(8, 32, 4)
+  def test_a_fixed_w2_is_orthonormal_the_same_everywhere_and_not_a_parameter(self, d_ff):
+    module = MlpKV(d_ff=d_ff, w2_trained=False, use_bias=False)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 8))
+    params = module.init(jax.random.key(1), x)
+    assert set(params["params"]) == {"w1"}  # no w2 to learn (nor to decay)
+    values = mlp.fixed_values(d_ff, 8)
+    gram = values.T @ values if d_ff >= 8 else values @ values.T
+    np.testing.assert_allclose(gram, np.eye(min(d_ff, 8)), atol=1e-5)
+    np.testing.assert_array_equal(values, mlp.fixed_values(d_ff, 8))  # seed 0, every call
+    out, inter = module.apply(params, x, mutable="intermediates")
+    chex.assert_trees_all_close(out, inter["intermediates"]["mlp_post"][0] @ values, atol=1e-5)
 
 
 class LayersTest(chex.TestCase):
