@@ -18,6 +18,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests import XLA_TEST_FLAGS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COLABS = REPO_ROOT / "colabs"
 MARK = "COLAB_CHECK "
@@ -324,7 +326,8 @@ def test_executes(name, data_dir):
     nbformat.v4.new_code_cell(PROBE_PRELUDE + f"print({MARK!r} + json.dumps({probe}))")
   )
   env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # one CPU device, as a Colab CPU runtime; 07 sets its own flag
+  # one CPU device, as a Colab CPU runtime (07 adds its own device count), and the tests' flags
+  env["XLA_FLAGS"] = XLA_TEST_FLAGS
   env.update(
     JAX_PLATFORMS="cpu",
     JAXFORMER_DATA_DIR=data_dir,
