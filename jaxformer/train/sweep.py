@@ -338,7 +338,13 @@ def _over_replicas(fn, sharded, shared=()):
 
   def placed(*args):
     specs = tuple(P() if i in shared else P(REPLICA_AXIS) for i in range(len(args)))
-    return jax.shard_map(local, mesh=sharded.mesh, in_specs=specs, out_specs=P(REPLICA_AXIS))(*args)
+    # check_vma=False: a replica's body has no collectives, and a recurrent model's scan starts
+    # from a carry that does not vary over the replica axis (its zeros), which the check would
+    # refuse ("carry input and carry output must have equal types")
+    mapped = jax.shard_map(
+      local, mesh=sharded.mesh, in_specs=specs, out_specs=P(REPLICA_AXIS), check_vma=False
+    )
+    return mapped(*args)
 
   return placed
 

@@ -74,6 +74,19 @@ def test_each_device_runs_its_replicas_in_groups(monkeypatch):
     np.testing.assert_allclose(a.evals, b.evals, rtol=2e-6, atol=2e-6)
 
 
+def test_a_recurrent_model_sweeps_along_the_devices():
+  # an LSTM's scan starts from zeros that do not vary over the replica axis (shard_map's check)
+  c = _config()
+  c.rung = "rnn"
+  c.model = ladder.default_config("rnn")
+  c.model.update(vocab_size=16, max_len=8, d_model=8, cell="lstm", num_layers=1)
+  replicas = sweep.grid(range(4), (1e-3, 1e-2))  # 8 replicas: one per device
+  sharded = sweep.train(c, replicas)
+  alone = sweep.train(c, replicas[:3])  # one device
+  for a, b in zip(sharded.runs[:3], alone.runs, strict=True):
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+
+
 def test_the_eval_sums_run_in_groups_so_their_memory_is_that_of_a_group():
   c = program.resolve(_config(), data.get_dataset(TASK, "train", None))
   temp = {}
