@@ -256,6 +256,7 @@ def compile_sweep(config, n, target_spec, sizes=None):
   )
   devices = host_devices(tgt)
   placed, mesh = sweep_placement(n, devices)
+  placement = mesh.devices.size if mesh else 1  # the devices the replicas are laid over
   everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()) if mesh else placed
   batch_shape = (config.batch_size, seq_len)
   _, _, args = sweep.jitted(
@@ -275,13 +276,11 @@ def compile_sweep(config, n, target_spec, sizes=None):
     "device_memory_bytes": tgt.memory_bytes,
     "rung": config.rung,
     "replicas": n,
-    "placement_devices": len(devices) if mesh else 1,
+    "placement_devices": placement,
     "batch_shape": list(batch_shape),
     # a scanned stack, or replicas in groups one after another (a loop on one device)
     "flops_undercounted": bool(config.model.get("scan_layers", False))
-    or (
-      sweep.REPLICA_CHUNK is not None and n // (len(devices) if mesh else 1) > sweep.REPLICA_CHUNK
-    ),
+    or (sweep.REPLICA_CHUNK is not None and n // placement > sweep.REPLICA_CHUNK),
     "state_bytes": leaf_bytes(state, per_device=False),
     "state_bytes_per_device": leaf_bytes(state, per_device=True),
     "programs": results,

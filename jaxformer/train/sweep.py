@@ -28,8 +28,9 @@ trains its own replicas.
 Inside the programs a replica's params and AdamW state are two flat vectors (FlatParams:
 the decayed weights, the norms and biases), which keeps the compiled step small; the
 params a SweepResult returns are the model's pytree again. The init program runs once, so
-it compiles without LLVM's optimizations (RUN_ONCE). Each device runs the train and eval steps
-over its replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
+it compiles without LLVM's optimizations (RUN_ONCE); short CPU sweeps compile all three with
+cheaper options (`compiler_options`). Each device runs the train and eval steps over its
+replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
@@ -352,17 +353,17 @@ def _over_replicas(fn, sharded, shared=()):
 def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platform="cpu"):
   """The three programs of an n-replica sweep, jitted, not compiled: (model, the train step
   before jit, {name: (jitted, abstract args, XLA options)} for "init", "train_step" and
-  "eval_step"). `placed`: the
-  sharding of the replica-leading arrays (None: the default device; a NamedSharding over
-  REPLICA_AXIS lays the replicas along its mesh); `shared`: that of the eval batch, which every
-  replica reads; `platform`: what they compile for (the XLA options: `compiler_options`).
-  `programs` compiles them here; jaxformer.train.compile_only for a target."""
+  "eval_step"). `placed`: the sharding of the replica-leading arrays (None: the default
+  device; a NamedSharding over REPLICA_AXIS lays the replicas along its mesh); `shared`: that
+  of the eval batch, which every replica reads; `platform`: what they compile for (the XLA
+  options: `compiler_options`). `programs` compiles them here, jaxformer.train.compile_only
+  for a target."""
   module = ladder.build(config.rung, config.model)
   template = jax.eval_shape(
     lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
   )["params"]
   model = _FlatModel(module, FlatParams(template))
-  mesh = placed if isinstance(placed, NamedSharding) else None
+  along = placed if isinstance(placed, NamedSharding) else None  # replicas over a mesh
   rep = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype, sharding=placed)  # noqa: E731
   scalar = jax.ShapeDtypeStruct((), jnp.float32)
   hyper = {k: rep(scalar) for k in ("learning_rate", "weight_decay")}
@@ -379,11 +380,11 @@ def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platfor
   token = rep(jax.ShapeDtypeStruct(batch_shape, jnp.int32))
   batch = {"inputs": token, "targets": token, "mask": token}
   active = rep(jax.ShapeDtypeStruct((), jnp.bool_))
-  step_fn = _over_replicas(functools.partial(_replica_step, config=config, model=model), mesh)
+  step_fn = _over_replicas(functools.partial(_replica_step, config=config, model=model), along)
   train = jax.jit(step_fn, donate_argnums=0, **out)
   ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32, sharding=shared)
   ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
-  evaluate = jax.jit(_over_replicas(functools.partial(_sums, model=model), mesh, shared=(1,)))
+  evaluate = jax.jit(_over_replicas(functools.partial(_sums, model=model), along, shared=(1,)))
   options = compiler_options(config, platform)
   return (
     model,

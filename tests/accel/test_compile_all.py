@@ -41,6 +41,15 @@ def test_replicas_that_do_not_divide_the_devices_stay_on_one(tmp_path):
   assert all(p["collectives"] is None for p in arm["programs"].values())
 
 
+def test_replicas_are_laid_over_the_most_devices_that_share_them_equally(tmp_path):
+  config, arms = tiny_cache(3)  # 6 replicas on a host of 4 chips: 3 chips, 2 each
+  tgt = compile_only.target("v5e:2x4")
+  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path))
+  (arm,) = report["arms"]
+  assert arm["replicas"] == 6 and arm["host_devices"] == 4 and arm["placement_devices"] == 3
+  assert arm["state_bytes_per_device"] * 3 == arm["state_bytes"]
+
+
 def test_run_all_compile_only_bad_target_is_one_line_exit_2(tmp_path, capsys):
   argv = ["--only", "cache", "--size", "tiny", "--compile_only=v5e", "--workdir", str(tmp_path)]
   assert run_all.main(argv) == 2
