@@ -68,7 +68,7 @@ TAU_MATTERS = 0.1  # control: best - worst tau at some rank >= this, every seed
 TAU_TOLERANCE = 0.05  # (c) adjusted(sqrt r) >= adjusted(best tau) - this, every rank and seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2
+VERSION = 3  # v2: the trained falsification arm; v3: the accel batch 64
 SPECS = (
   protocol.Spec(
     "softmax_learns_long",
@@ -151,7 +151,9 @@ def get_config(size="quick"):
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")
     c.lengths, c.all_lengths = (32, 128, 512, 2048), ("none", "sum", "softmax")
     c.tau_ranks, c.tau_factors, c.tau_length = (8, 32, 128), (0.125, 0.25, 0.5, 1, 2, 4, 8), 256
-    sizes.accel(c, total_steps=8000)
+    # batch 64 (v3; v2: 256): at 256 the L = 2048 train step needed 31-74 GB of temporaries
+    # per chip, more than a v5e's 16 (BENCHMARKS.md, compiled for v5e:2x4)
+    sizes.accel(c, total_steps=8000, batch_size=64)
   else:
     sizes.check(size)
   return c
