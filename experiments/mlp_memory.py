@@ -263,7 +263,7 @@ def fold_models(config):
 
 
 def fields(config, vocab_size, width, w2=True, skip="single", norm="pre", trained=True):
-  extra = {} if trained else {"mlp_w2_trained": False}  # a design's arms name what they change
+  extra = {} if trained else {"mlp_w2_trained": False}  # only the fixed-W2 arm names the field
   return (
     harness.model_fields(
       config,

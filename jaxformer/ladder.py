@@ -343,13 +343,7 @@ def validate(name, config):
     raise ConfigError(f"model.temperature={c.temperature!r}: must be a finite number > 0")
   if c.window is not None and c.window <= 0:
     raise ConfigError(f"model.window={c.window!r}: must be a positive integer or None")
-  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff % c.d_model:
-    raise ConfigError(
-      f"model.d_ff={c.d_ff}: without W2 each hidden unit writes one coordinate, "
-      f"so d_ff must be a multiple of d_model={c.d_model}"
-    )
-  if c.mlp == "kv" and not c.mlp_w2 and not c.mlp_w2_trained:
-    raise ConfigError("model.mlp_w2_trained=False: needs model.mlp_w2=True (a W2 to fix)")
+  _check_mlp(c)
   if c.attention != GENERIC and (c.interaction != "lowrank" or c.normalizer != "softmax"):
     raise ConfigError(
       f"model.attention={c.attention!r} needs interaction='lowrank' and normalizer='softmax' "
@@ -383,6 +377,18 @@ def _block_choices():
   )
 
 
+def _check_mlp(c):
+  if c.mlp != "kv" or c.mlp_w2:
+    return
+  if c.d_ff % c.d_model:
+    raise ConfigError(
+      f"model.d_ff={c.d_ff}: without W2 each hidden unit writes one coordinate, "
+      f"so d_ff must be a multiple of d_model={c.d_model}"
+    )
+  if not c.mlp_w2_trained:
+    raise ConfigError("model.mlp_w2_trained=False: needs model.mlp_w2=True (a W2 to fix)")
+
+
 def _validate_custom(c):
   _positive_ints(c, ("vocab_size", "max_len", "d_model", "num_layers", "d_ff"))
   for field, allowed in _block_choices():
@@ -391,10 +397,7 @@ def _validate_custom(c):
     raise ConfigError(
       "model.mixer: empty; name a mixer class, 'package.module:Class' or 'path/to/file.py:Class'"
     )
-  if c.mlp == "kv" and not c.mlp_w2 and c.d_ff % c.d_model:
-    raise ConfigError(
-      f"model.d_ff={c.d_ff}: without W2 d_ff must be a multiple of d_model={c.d_model}"
-    )
+  _check_mlp(c)
   from jaxformer.mixers import plug
 
   cls, fields = custom_mixer(c)

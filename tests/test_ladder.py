@@ -185,6 +185,23 @@ def test_bad_config_names_the_field(field, value, message):
     ladder.build("softmax", config)
 
 
+@pytest.mark.parametrize("rung", ["mlp_kv", "custom"])
+@pytest.mark.parametrize(
+  "fields, message",
+  [
+    ({"mlp_w2": False, "d_ff": 96}, "model.d_ff=96: without W2 .* a multiple of d_model=64"),
+    ({"mlp_w2": False, "mlp_w2_trained": False}, "model.mlp_w2_trained=False: needs"),
+  ],
+)
+def test_an_mlp_without_w2_is_checked_on_every_rung(rung, fields, message):
+  config = ladder.default_config(rung)
+  config.update({"d_model": 64, "d_ff": 64, "mlp": "kv"} | fields)
+  if rung == "custom":
+    config.mixer = "jaxformer.mixers.gated:GatedRecurrence"
+  with pytest.raises(ladder.ConfigError, match=message):
+    ladder.validate(rung, config)
+
+
 def test_unknown_rung_lists_the_rungs():
   with pytest.raises(ladder.ConfigError, match="rung='gpt'.*transformer"):
     ladder.default_config("gpt")
