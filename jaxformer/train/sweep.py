@@ -322,11 +322,10 @@ def _over_replicas(fn, sharded, shared=()):
   each device does this over its own replicas (shard_map: no replica crosses devices)."""
 
   def local(*args):
-    axes = tuple(None if i in shared else 0 for i in range(len(args)))
-    n = jax.tree.leaves([a for i, a in enumerate(args) if i not in shared])[0].shape[0]
-    if REPLICA_CHUNK is None or n <= REPLICA_CHUNK:
-      return jax.vmap(fn, in_axes=axes)(*args)
     own = [a for i, a in enumerate(args) if i not in shared]
+    if REPLICA_CHUNK is None or jax.tree.leaves(own)[0].shape[0] <= REPLICA_CHUNK:
+      axes = tuple(None if i in shared else 0 for i in range(len(args)))
+      return jax.vmap(fn, in_axes=axes)(*args)
 
     def one(xs):
       it = iter(xs)

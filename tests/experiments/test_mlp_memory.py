@@ -1,8 +1,11 @@
 import os
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from experiments import mlp_memory, protocol, report
+from jaxformer import ladder
 
 SEEDS = 3
 S = mlp_memory.SETTING
@@ -137,10 +140,6 @@ def test_the_fixed_w2_falsification_arm_is_read_by_criterion_a(fixed, verdict):
 
 
 def test_the_matched_arm_has_the_parameters_of_w1_and_w2_at_f_equal_d():
-  import jax
-
-  from jaxformer import ladder
-
   config = mlp_memory.get_config("tiny")
   arms = {a.model: a for a in mlp_memory.arms(config)}
   d = config.d_model
@@ -149,7 +148,7 @@ def test_the_matched_arm_has_the_parameters_of_w1_and_w2_at_f_equal_d():
     c = ladder.default_config("mlp_kv")
     c.update(arms[name].fields)
     model = ladder.build("mlp_kv", c)
-    shapes = jax.eval_shape(model.init, jax.random.key(0), jax.numpy.zeros((1, 4), "int32"))
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
     return sum(x.size for x in jax.tree.leaves(shapes["params"]))
 
   matched = mlp_memory.w2_name(mlp_memory.MATCHED * d, False)
