@@ -6,7 +6,7 @@ for batch in Loader(ds, 64, seed=0):  # dicts of int32 inputs, targets, mask
 """
 
 from jaxformer.data.dataset import Dataset, get_dataset
-from jaxformer.data.loader import Loader, check_replicas, to_global
+from jaxformer.data.loader import InMemory, Loader, check_replicas, in_memory, to_global
 from jaxformer.data.spec import TASKS, DataError, check_tokens, format_spec, parse_spec
 from jaxformer.data.tasks import chance as _chance
 
@@ -20,12 +20,14 @@ __all__ = [
   "TASKS",
   "DataError",
   "Dataset",
+  "InMemory",
   "Loader",
   "chance",
   "check_replicas",
   "check_tokens",
   "format_spec",
   "get_dataset",
+  "in_memory",
   "parse_spec",
   "to_global",
 ]

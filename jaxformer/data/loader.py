@@ -18,20 +18,81 @@ own batching reads one record at a time, which is slower (experiments/bench_load
 grain's thread prefetch (`to_iter_dataset(ReadOptions)`) reads the next batches while
 the training step runs; its iterator state is the number of batches returned.
 
+`in_memory(dataset)` holds a split's records as arrays, once per process: its batches are one
+index each, with no per-record decode (what the experiments' sweeps read, with num_threads=0).
+
 With drop_remainder=False the last batch of an epoch is padded to full size with
 repeats of its own examples whose `mask` is 0: shapes stay static (no recompile) and
 the padding adds nothing to a masked loss or accuracy.
 """
 
+import collections
+import dataclasses
 import zlib
 from typing import Any
 
 import grain
 import jax
 import numpy as np
+from grain.experimental import index_shuffle
 from jax.experimental import multihost_utils
 
 from jaxformer.data.spec import DataError
+
+# in_memory: the largest split it holds, and what its process-wide cache keeps in all
+IN_MEMORY_MAX_BYTES = 256 * 2**20
+IN_MEMORY_CACHE_BYTES = 512 * 2**20
+_IN_MEMORY = collections.OrderedDict()  # (prepared path, split) -> InMemory, oldest first
+
+
+class InMemory:
+  """A split's records as arrays [n, ...] by feature (the source `in_memory` gives a Dataset):
+  `read_rows(ids)` is a batch in one fancy index per feature."""
+
+  def __init__(self, arrays: dict[str, np.ndarray]):
+    self.arrays = arrays
+    self.nbytes = sum(v.nbytes for v in arrays.values())
+    self._n = len(next(iter(arrays.values())))
+
+  def __len__(self) -> int:
+    return self._n
+
+  def __getitem__(self, i) -> dict[str, np.ndarray]:
+    return {k: v[i] for k, v in self.arrays.items()}
+
+  def __getitems__(self, ids) -> list[dict[str, np.ndarray]]:
+    return [self[i] for i in ids]
+
+  def read_rows(self, ids) -> dict[str, np.ndarray]:
+    return {k: v[ids] for k, v in self.arrays.items()}
+
+
+def in_memory(dataset, max_bytes: int = IN_MEMORY_MAX_BYTES):
+  """`dataset` (a prepared jaxformer.data.Dataset) with its records read into memory once per
+  process (an InMemory source; the same records in the same order), or `dataset` itself when
+  its split would take more than `max_bytes` (estimated from its first record). The cache
+  keeps the most recent splits up to IN_MEMORY_CACHE_BYTES, keyed by the prepared directory,
+  whose name hashes the spec."""
+  source = dataset.source
+  if isinstance(source, InMemory) or len(source) == 0:
+    return dataset
+  key = (dataset.path, dataset.split)
+  held = _IN_MEMORY.get(key) if dataset.path else None
+  if held is not None and held.nbytes > max_bytes:
+    return dataset
+  if held is None:
+    first = source[0]
+    if len(source) * sum(np.asarray(v).nbytes for v in first.values()) > max_bytes:
+      return dataset
+    records = source.__getitems__(list(range(len(source))))
+    held = InMemory({k: np.stack([np.asarray(r[k]) for r in records]) for k in first})
+    if dataset.path:
+      _IN_MEMORY[key] = held
+      while sum(h.nbytes for h in _IN_MEMORY.values()) > IN_MEMORY_CACHE_BYTES:
+        _IN_MEMORY.popitem(last=False)
+  else:
+    _IN_MEMORY.move_to_end(key)
+  return dataclasses.replace(dataset, source=held)
 
 
 class Loader:
@@ -88,6 +149,10 @@ class Loader:
     batches = ids.batch(G, drop_remainder=drop_remainder)  # one epoch of global batches
     self.steps_per_epoch = len(batches)
     self.num_steps = None if num_epochs is None else num_epochs * len(batches)
+    if isinstance(self.source, InMemory):  # an index per batch: no reader threads to feed
+      self._iter = _IndexedBatches(n, G, seed, shuffle, self.steps_per_epoch, self.num_steps)
+      self._iter.read = self._read
+      return
     self._batches = batches.repeat(num_epochs).map(self._read)  # random access by step
     options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
     self._iter = self._batches.to_iter_dataset(options).__iter__()
@@ -100,9 +165,12 @@ class Loader:
     ids = np.resize(ids, G)  # pads a short last batch with its own examples
     lo = self.shard_index * B
     ids, valid = ids[lo : lo + B], valid[lo : lo + B]
-    getitems = getattr(self.source, "__getitems__", None)
-    records = getitems(ids.tolist()) if getitems else [self.source[i] for i in ids]
-    batch = {k: np.stack([np.asarray(r[k]) for r in records]) for k in records[0]}
+    if isinstance(self.source, InMemory):
+      batch = self.source.read_rows(ids)
+    else:
+      getitems = getattr(self.source, "__getitems__", None)
+      records = getitems(ids.tolist()) if getitems else [self.source[i] for i in ids]
+      batch = {k: np.stack([np.asarray(r[k]) for r in records]) for k in records[0]}
     batch["mask"] = (batch["mask"] * valid[:, None]).astype(np.int32)
     return batch
 
@@ -127,6 +195,41 @@ class Loader:
       if state.get(key) != mine:
         raise DataError(f"loader state {key}={state.get(key)!r}: this loader has {mine!r}")
     self._iter.set_state({"next_index": int(state["step"])})  # drops the prefetched
+
+
+class _IndexedBatches:
+  """The Loader's iterator over an InMemory source: step s's indices are those of grain's
+  pipeline above (epoch e = s // steps_per_epoch shuffled by grain's index_shuffle at seed + e,
+  4 rounds, as MapDataset.shuffle does; tests/data/test_loader.py compares them), computed
+  for the batch's rows alone. grain's pipeline costs some 40 us of Python per example, about a
+  quick sweep step's time per batch; this a few."""
+
+  def __init__(self, n, G, seed, shuffle, steps_per_epoch, num_steps):
+    self.n, self.G, self.seed, self.shuffle = n, G, seed, shuffle
+    self.steps_per_epoch, self.num_steps = steps_per_epoch, num_steps
+    self.next_index = 0
+    self.read = None  # the Loader's _read
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    step = self.next_index
+    if self.num_steps is not None and step >= self.num_steps:
+      raise StopIteration
+    epoch, batch = divmod(step, self.steps_per_epoch)
+    ids = range(batch * self.G, min((batch + 1) * self.G, self.n))
+    if self.shuffle:
+      seed = (self.seed + epoch) % 2**32
+      ids = [index_shuffle(i, max_index=self.n - 1, seed=seed, rounds=4) for i in ids]
+    self.next_index += 1
+    return self.read(np.asarray(ids, np.int64))
+
+  def get_state(self):
+    return {"next_index": self.next_index}
+
+  def set_state(self, state):
+    self.next_index = int(state["next_index"])
 
 
 def to_global(batch: dict[str, np.ndarray], sharding: jax.sharding.Sharding, global_batch_size):

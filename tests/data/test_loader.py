@@ -1,5 +1,6 @@
 """The grain loader: sharding, determinism, resume, padding, global arrays."""
 
+import itertools
 import json
 
 import jax
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxformer.data import DataError, Loader, get_dataset, to_global
+from jaxformer.data import DataError, InMemory, Loader, get_dataset, in_memory, to_global
+from jaxformer.data import loader as loader_lib
 from jaxformer.data.loader import checksum, disagreeing_replicas
 
 L = 3
@@ -37,6 +39,11 @@ def ids(batch):
 
 def take(loader, n):
   return [next(loader) for _ in range(n)]
+
+
+def upto(loader, n):
+  """The first n batches, fewer where the loader stops first."""
+  return list(itertools.islice(loader, n))
 
 
 def test_two_processes_cover_each_example_once_per_epoch():
@@ -150,6 +157,60 @@ def test_tfds_dataset_through_the_loader_onto_the_mesh(tmp_path):
   arrays = to_global(batch, NamedSharding(mesh, PartitionSpec("data")), 16)
   assert arrays["inputs"].shape == (16, 16) and len(arrays["inputs"].sharding.device_set) == 8
   np.testing.assert_array_equal(np.asarray(arrays["targets"]), batch["targets"])
+
+
+def held(n):
+  """IndexSource(n)'s records as an InMemory source."""
+  full = lambda v: np.repeat(np.arange(n, dtype=np.int32)[:, None] * v, L, axis=1)  # noqa: E731
+  return InMemory({"inputs": full(1), "targets": full(1), "mask": full(0) + 1})
+
+
+@pytest.mark.parametrize(
+  "n, G, shuffle, drop_remainder, seed, shards",
+  [(30, 6, True, True, 7, 2), (10, 4, True, False, 3, 1), (13, 5, False, False, 1, 1),
+   (64, 8, True, True, 2**32 - 2, 2)],
+)  # fmt: skip
+def test_in_memory_source_yields_grains_batches(n, G, shuffle, drop_remainder, seed, shards):
+  """Its own index path (no grain pipeline) gives the same batches over several epochs (seed
+  + epoch), the same padding, the same stop after num_epochs and the same resume."""
+  for p in range(shards):
+    for epochs in (None, 3):
+      kw = dict(seed=seed, shuffle=shuffle, drop_remainder=drop_remainder, num_epochs=epochs,
+                shard_index=p, shard_count=shards)  # fmt: skip
+      grain_batches = upto(Loader(IndexSource(n), G, **kw), 12)
+      mine = Loader(held(n), G, **kw)
+      assert isinstance(mine._iter, loader_lib._IndexedBatches)
+      for a, b in zip(grain_batches, upto(mine, 12), strict=True):
+        for k in a:
+          np.testing.assert_array_equal(a[k], b[k])
+          assert a[k].dtype == b[k].dtype
+      if epochs is not None:
+        steps = epochs * mine.steps_per_epoch
+        assert len(list(Loader(held(n), G, **kw))) == steps
+  original = Loader(held(30), 6, seed=7, shard_index=0, shard_count=1)
+  take(original, 7)
+  state = json.loads(json.dumps(original.get_state()))
+  expected = take(original, 6)
+  resumed = Loader(held(30), 6, seed=7, shard_index=0, shard_count=1)
+  resumed.set_state(state)
+  assert [ids(b) for b in take(resumed, 6)] == [ids(b) for b in expected]
+
+
+def test_in_memory_holds_the_split_once_per_process(tmp_path):
+  spec = "mqar:vocab_size=64,seq_len=16,num_kv_pairs=4,num_examples=64,num_test_examples=8"
+  ds = get_dataset(spec, "train", data_dir=str(tmp_path))
+  held_ds = in_memory(ds)
+  assert isinstance(held_ds.source, InMemory) and len(held_ds) == len(ds) == 64
+  for i in (0, 17, 63):
+    for k, v in ds.source[i].items():
+      np.testing.assert_array_equal(held_ds.source[i][k], v)
+  assert in_memory(get_dataset(spec, "train", data_dir=str(tmp_path))).source is held_ds.source
+  assert in_memory(held_ds) is held_ds
+  test_split = in_memory(get_dataset(spec, "test", data_dir=str(tmp_path)))
+  assert len(test_split) == 8 and test_split.source is not held_ds.source
+  # a split over max_bytes stays where it is: 64 records of 3 x 16 int32 are 12,288 bytes
+  assert in_memory(ds, max_bytes=12_287) is ds
+  assert isinstance(in_memory(ds, max_bytes=12_288).source, InMemory)
 
 
 def test_checksum_sees_any_changed_value():
