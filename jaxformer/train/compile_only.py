@@ -263,6 +263,7 @@ def compile_sweep(config, n, target_spec, sizes=None):
     config, n, batch_shape, batch_shape, placed, everywhere, platform=tgt.platform
   )
   state = args["train_step"][1][0]
+  chunk = sweep.replica_chunk(tgt.platform)
   results = {
     name: compile_program(name, jitted, a, mesh, tgt, options)
     for name, (jitted, a, options) in args.items()
@@ -280,7 +281,7 @@ def compile_sweep(config, n, target_spec, sizes=None):
     "batch_shape": list(batch_shape),
     # a scanned stack, or replicas in groups one after another (a loop on one device)
     "flops_undercounted": bool(config.model.get("scan_layers", False))
-    or (sweep.REPLICA_CHUNK is not None and n // placement > sweep.REPLICA_CHUNK),
+    or (chunk is not None and n // placement > chunk),
     "state_bytes": leaf_bytes(state, per_device=False),
     "state_bytes_per_device": leaf_bytes(state, per_device=True),
     "programs": results,

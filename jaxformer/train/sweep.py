@@ -30,7 +30,8 @@ the decayed weights, the norms and biases), which keeps the compiled step small;
 params a SweepResult returns are the model's pytree again. The init program runs once, so
 it compiles without LLVM's optimizations (RUN_ONCE); short CPU sweeps compile all three with
 cheaper options (`compiler_options`). Each device runs the train and eval steps over its
-replicas in groups of REPLICA_CHUNK, one vmapped group after another. `programs(config, n,
+replicas in groups (`replica_chunk`: one at a time on a CPU, 3 on an accelerator), one vmapped
+group after another. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
@@ -305,25 +306,34 @@ class Programs:
   cpu_seconds: dict  # the same in process CPU seconds (all threads)
 
 
-# Replicas per vmapped group of the train and eval steps (None: all of a device's replicas in
-# one vmap). Measured at the quick text LM arm, N = 24 (BENCHMARKS.md): one vmap of 24 costs
-# 17 CPU ms per replica-step, groups of 3 10 ms and of 6 11 ms (at N = 3: 8-11 ms): past a few
-# replicas the activations of one step outgrow the caches. On accelerators the groups bound
-# memory: the eval sums of 28 replicas in one vmap were the largest program of 9 of the 11
-# training experiments' accel sizes (BENCHMARKS.md, compiled for 8 x H100 and v5e:2x4).
+# Replicas per vmapped group of the train and eval steps on an accelerator (None: all of a
+# device's replicas in one vmap). The groups bound memory there: the eval sums of 28 replicas
+# in one vmap were the largest program of 9 of the 11 training experiments' accel sizes
+# (BENCHMARKS.md, compiled for 8 x H100 and v5e:2x4).
 REPLICA_CHUNK = 3
+# On a CPU one replica at a time (a loop over unbatched steps) costs least: a vmap's batched
+# products and the moved batch axes cost more than they share. Quick arms, 4 replicas, 300
+# steps, CPU s (BENCHMARKS.md): transformer 26.8 at 1 against 35.2 in groups of 3 (3 + 1),
+# text LM 20-22 against 28, lstm 7-8 against 9; at 12 replicas (groups 3 + 3 + 3 + 3) the
+# text LM 56 against 59. One replica's program is also the smallest to compile.
+CPU_REPLICA_CHUNK = 1
 
 
-def _over_replicas(fn, sharded, shared=()):
+def replica_chunk(platform):
+  """Replicas per vmapped group of the train and eval steps on `platform`."""
+  return CPU_REPLICA_CHUNK if platform == "cpu" else REPLICA_CHUNK
+
+
+def _over_replicas(fn, sharded, shared=(), chunk=REPLICA_CHUNK):
   """fn (one replica's arguments) over the leading replica axis of every argument but those
   at positions `shared` (the same for all). A device runs its replicas in groups of
-  REPLICA_CHUNK, one vmapped group after another (lax.map's batch_size; the remainder is one
+  `chunk`, one vmapped group after another (lax.map's batch_size; the remainder is one
   more group), so a step's working set is that of a few replicas. With a replica sharding
   each device does this over its own replicas (shard_map: no replica crosses devices)."""
 
   def local(*args):
     own = [a for i, a in enumerate(args) if i not in shared]
-    if REPLICA_CHUNK is None or jax.tree.leaves(own)[0].shape[0] <= REPLICA_CHUNK:
+    if chunk is None or jax.tree.leaves(own)[0].shape[0] <= chunk:
       axes = tuple(None if i in shared else 0 for i in range(len(args)))
       return jax.vmap(fn, in_axes=axes)(*args)
 
@@ -331,7 +341,7 @@ def _over_replicas(fn, sharded, shared=()):
       it = iter(xs)
       return fn(*(args[i] if i in shared else next(it) for i in range(len(args))))
 
-    return jax.lax.map(one, own, batch_size=REPLICA_CHUNK)
+    return jax.lax.map(one, own, batch_size=chunk)
 
   if sharded is None:
     return local
@@ -379,11 +389,15 @@ def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platfor
   token = rep(jax.ShapeDtypeStruct(batch_shape, jnp.int32))
   batch = {"inputs": token, "targets": token, "mask": token}
   active = rep(jax.ShapeDtypeStruct((), jnp.bool_))
-  step_fn = _over_replicas(functools.partial(_replica_step, config=config, model=model), along)
+  chunk = replica_chunk(platform)
+  step_fn = _over_replicas(
+    functools.partial(_replica_step, config=config, model=model), along, chunk=chunk
+  )
   train = jax.jit(step_fn, donate_argnums=0, **out)
   ev_token = jax.ShapeDtypeStruct(eval_batch, jnp.int32, sharding=shared)
   ev_batch = {"inputs": ev_token, "targets": ev_token, "mask": ev_token}
-  evaluate = jax.jit(_over_replicas(functools.partial(_sums, model=model), along, shared=(1,)))
+  sums = _over_replicas(functools.partial(_sums, model=model), along, shared=(1,), chunk=chunk)
+  evaluate = jax.jit(sums)
   options = compiler_options(config, platform)
   return (
     model,
