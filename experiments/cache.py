@@ -32,7 +32,7 @@ bytes per token beats it by more than 0.05 adjusted accuracy.
 
 Sizes: quick (`make run`): D=64, H=2, 2 layers, bilinear and r in {1, 16}, MQAR V=64 L=16
 K=4, 3+1 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
-a larger vocabulary), r in {1, 2, 4, 16}, 5+2 seeds x lr {3e-3, 1e-2}, up to 1,500 steps.
+a larger vocabulary), r in {1, 2, 4, 16}, 5+2 seeds x lr logspace(1e-3, 1e-2, 4), up to 1,500 steps.
 accel: D=256, r in {2, 8, 32, 64, 256}, MQAR V=1024 L=128 K=16. Measured numbers:
 docs/experiments.md.
 """
@@ -66,7 +66,7 @@ CONTROL_LEARNS = 0.8  # bilinear adjusted accuracy >= this, every seed
 CONTROL_TRADE_OFF = 0.1  # bilinear - smallest rank (adjusted) >= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2
+VERSION = 3
 SPECS = (
   protocol.Spec(
     "bilinear_learns",

@@ -28,7 +28,7 @@ heads of the grid by more than 0.05 adjusted accuracy.
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
 heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 400 steps. full: H in
-{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr {3e-3, 1e-2}, up to 1,000 steps. A sizing
+{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr logspace(1e-3, 1e-2, 4), up to 1,000 steps. A sizing
 run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
 """
@@ -56,7 +56,7 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2
+VERSION = 3
 SPECS = (
   protocol.Spec(
     "summed_learns",

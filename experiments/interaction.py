@@ -42,7 +42,7 @@ tanh scores are mostly a sum (share <= WEAK).
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
 quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3+1 seeds at lr 3e-3.
-full: the same, up to 1,500 steps, 5+2 seeds x lr {3e-3, 1e-2}. accel:
+full: the same, up to 1,500 steps, 5+2 seeds x Zoology's four rates logspace(1e-4, 1e-2, 4). accel:
 MQAR V=256 L=128 K=16, D=128.
 Measured numbers, and what they show: docs/experiments.md.
 """

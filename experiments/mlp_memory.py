@@ -53,7 +53,7 @@ accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model
 Sizes: quick (`make run`): D=64, 2 heads, 2 layers, L=32; W2 claims (a), (a') at F = D, the fold
 models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3+1 seeds at lr 3e-3, 300
 steps (the fold cells too). full: F in {D, 4D} (claim (b)), fold models at 4D, 3 seeds x
-lr {3e-3, 1e-2}, 1,500 steps (fold cells 500). Measured numbers: docs/experiments.md.
+lr logspace(1e-3, 1e-2, 4), 1,500 steps (fold cells 500). Measured numbers: docs/experiments.md.
 """
 
 import functools
@@ -93,8 +93,9 @@ PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 5  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
-# v5: the parameter-matched arm (a') and the fixed-W2 falsification arm
+VERSION = 6  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
+# v5: the parameter-matched arm (a') and the fixed-W2 falsification arm; v6: the full grid of four
+# rates
 SPECS = (
   protocol.Spec(
     "w2_models_learn",

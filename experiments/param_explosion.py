@@ -31,7 +31,7 @@ real modules' counts against the closed forms up to D = 512 with jax.eval_shape)
 quick: D=16, K=4: diagonal (16 functions, 2,048 mixing parameters per layer) and the matrix
 sum matched to it (5 heads, 1,920), MQAR V=16 L=16 K=4, 2 layers, batch 32, up to 800 steps,
 3+1 seeds at lr 3e-3. full: D=12: + full_dynamic (144 functions, 13,824) and its matched matrix
-sum (57 heads, 13,680), 5+2 seeds x lr {3e-3, 1e-2}, 800 steps. accel: D=32 (full: 1,024
+sum (57 heads, 13,680), 5+2 seeds x lr logspace(1e-3, 1e-2, 4), 800 steps. accel: D=32 (full: 1,024
 functions), MQAR V=256 L=64 K=8.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -64,7 +64,7 @@ INFORMED = 0.8  # control: raw accuracy >= this x chance, every form
 MANY_FUNCTIONS = 100_000  # the illustration's line: full's D^2 passes it at D = 317
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 1
+VERSION = 2
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",

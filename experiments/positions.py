@@ -32,7 +32,7 @@ learning is UNRESOLVED), at lr 1e-2
 (the learned table starts at std 0.02 and needs a large rate to matter early; over {3e-3,
 1e-2} the first quick run selected 1e-2 for all three, and replicas are independent, so
 dropping 3e-3 changes no selected number and halves the training). full: c=6 and c=10 at
-L=24, 1,000 steps (cap 2,000), lr {3e-3, 1e-2} extended past an edge within [1e-4, 3e-2].
+L=24, 1,000 steps (cap 2,000), lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2].
 accel: copy V=64 L=128 c=32, D=128.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -64,7 +64,7 @@ INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
 PROBE_EXAMPLES = 64
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2
+VERSION = 3
 SPECS = (
   protocol.Spec(
     "none_learns_which_tokens",

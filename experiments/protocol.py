@@ -89,11 +89,14 @@ from jaxformer import ladder
 from jaxformer.train import sweep
 
 SIZES = ("tiny", "quick", "full", "accel")
-# The learning-rate grid of the full size on 2 CPU cores. The full run of 2026-12-01 swept
-# (1e-3, 3e-3, 1e-2) or (1e-3, 3e-3) in 34 arms: 1e-3 was selected in 2 of them (in one,
-# 3e-3 reached the same 0.99), and all 18 (1e-3, 3e-3) arms selected 3e-3, the grid's edge.
-# The accel size sweeps Zoology's four, logspace(1e-4, 1e-2).
-FULL_LEARNING_RATES = (3e-3, 1e-2)
+# The learning-rate grid of the full size on 2 CPU cores: four points on a log scale (the
+# protocol's minimum), logspace(1e-3, 1e-2, 4). Where the rates were selected before: the full
+# run of 2026-12-01 swept (1e-3, 3e-3, 1e-2) or (1e-3, 3e-3) in 34 arms, 1e-3 selected in 2 of
+# them and 3e-3, the edge, in all 18 (1e-3, 3e-3) arms; the protocol's full runs of (3e-3,
+# 1e-2) selected both, and positions' arms extended down to 9e-4. An edge still extends past
+# itself within lr_cap. (2026-12-02; the grid was (3e-3, 1e-2).) The accel size sweeps
+# Zoology's four, logspace(1e-4, 1e-2).
+FULL_LEARNING_RATES = tuple(float(x) for x in np.logspace(-3, -2, 4).round(6))
 TAGS = ("empirical", "architectural", "identity")
 # Seeds of record the issue asks for: at least this many confirmatory seeds per size.
 MIN_CONFIRMATORY = {"tiny": 1, "quick": 3, "full": 5, "accel": 5}

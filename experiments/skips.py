@@ -24,7 +24,7 @@ reaches adjusted accuracy >= RECALLS; the no-skip stack stays <= FAILS.
 Seeds (protocol.SEEDS): 3 confirmatory + 1 exploratory at quick, 5 + 2 at full and accel.
 quick: MQAR V=16 L=16 K=4, D=32, no skip at depths 2 and 4, residual at depth 4, batch 32,
 400 steps (no growth: a replica still learning is UNRESOLVED) at lr 3e-3. full: both at
-depths 2, 4 and 8, lr {3e-3, 1e-2} extended past an edge within [1e-4, 3e-2], 1,000 steps
+depths 2, 4 and 8, lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2], 1,000 steps
 growing to 2,000 until every replica plateaus. accel: MQAR V=256 L=64 K=8, D=128, depths 2
 to 16.
 Measured numbers, and what they show: docs/experiments.md.
@@ -53,7 +53,9 @@ FAILS = 0.3  # no skip at the deepest depth: adjusted accuracy <= this, every se
 SPEED_AT = 0.9  # reported, not a criterion: steps to this raw validation accuracy vs depth
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2  # v2: no budget growth at quick (make run's 10 minutes)
+VERSION = (
+  3  # v2: no budget growth at quick (make run's 10 minutes); v3: the full grid of four rates
+)
 SPECS = (
   protocol.Spec(
     "shallow_no_skip_learns",

@@ -34,7 +34,7 @@ neighbour contrast exceeds matrix_sum's by >= CONTRAST_MARGIN (paired by seed: s
 
 quick: MQAR V=16 L=16 K=4 only (induction needs ~1,500 steps: full size), D=64, 2 layers,
 batch 32, up to 300 steps, 3+1 seeds at lr 3e-3. full: MQAR and induction V=16 L=16 (one
-compiled program per model serves both), up to 1,500 steps, 5+2 seeds x lr {3e-3, 1e-2}.
+compiled program per model serves both), up to 1,500 steps, 5+2 seeds x lr logspace(1e-3, 1e-2, 4).
 accel: MQAR V=256 L=64 K=8 and induction V=256 L=64, D=128, 4 learning rates.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -78,7 +78,7 @@ INFORMED = 0.8  # control: source_only's raw accuracy >= this x chance
 SOURCE_ONLY_TOLERANCE = 1e-5  # the check: source_only's receiver dependence is 0 up to this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2  # v2: dependence and contrast read as trained minus untrained; stateless a check
+VERSION = 3  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",

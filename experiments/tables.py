@@ -104,7 +104,9 @@ def rows(size, results=RESULTS, registry=None):
     if d and current != d.get("hash"):
       design += " (not the registered design)"
     elif d and latest is not None and int(d["version"]) != latest:
-      design += f" (the current design is v{latest})"
+      # a later version that left this size as it was (same hash) keeps the result current
+      same = versions.get(str(latest), {}).get(size) == d.get("hash")
+      design += f" (= v{latest} at this size)" if same else f" (the current design is v{latest})"
     if d and not d.get("config_as_registered", True):
       design += " (config varied)"
     seeds = f"{len(entry.get('seeds', []))} + {len(entry.get('exploratory_seeds', []))}"

@@ -60,6 +60,8 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   assert "(not the registered design)" in stale
   newer = tables.render(DOC, results, {"skips": {"1": {"quick": "ab" * 32}, "2": {}}})
   assert "(the current design is v2)" in newer
+  unchanged = {"skips": {"1": {"quick": "ab" * 32}, "2": {"quick": "ab" * 32, "full": "ef" * 32}}}
+  assert "v1 `abababab` (= v2 at this size)" in tables.render(DOC, results, unchanged)
 
 
 def test_filing_refuses_an_entry_without_experiment_or_size(tmp_path):
