@@ -51,7 +51,8 @@ def _verdicts(config, adjusted):
 
 
 def test_the_claim_passes_with_its_controls():
-  assert _verdicts(_config(), _claim_holds) == ([True, True], [True, True])
+  # criteria: within full rank, then on the front against each cheaper scorer (r=1, r=4)
+  assert _verdicts(_config(), _claim_holds) == ([True, True], [True, True, True])
 
 
 def test_a_full_rank_model_that_does_not_learn_makes_it_inconclusive():
@@ -77,15 +78,41 @@ def test_the_control_trade_off_threshold_sides(smallest, passes):
 
 @pytest.mark.parametrize("quarter, passes", [(0.955, True), (0.945, False)])
 def test_the_within_full_rank_threshold_sides(quarter, passes):
-  assert _verdicts(_config(), _with({"r=16": quarter})) == ([True, True], [passes, True])
+  at = _with({"r=16": quarter, "r=4": 0.8})
+  assert _verdicts(_config(), at) == ([True, True], [passes, True, True])
 
 
-@pytest.mark.parametrize("cheaper, passes", [(0.945, True), (0.955, False)])
+@pytest.mark.parametrize("cheaper, passes", [(0.845, True), (0.855, False), (0.95, False)])
 def test_the_front_threshold_sides(cheaper, passes):
-  """r=16 at 0.9; a cheaper rank (r=4) may beat it by up to 0.05."""
+  """r=16 at 0.9: a cheaper rank (r=4) within 0.05 of it, or above it, dominates it."""
 
   at = _with({"r=16": 0.9, "r=4": cheaper, "bilinear": 0.95})
-  assert _verdicts(_config(), at) == ([True, True], [True, passes])
+  assert _verdicts(_config(), at) == ([True, True], [True, True, passes])
+
+
+def test_a_cheaper_scorer_that_ties_takes_r_quarter_off_the_front():
+  """The Pareto test of v4: r=4 as good as r=16 with a quarter of its key bytes dominates it
+  (v1-v3's test, 'no cheaper scorer beats it by more than 0.05', left it on the front)."""
+  metrics = _metrics(_config(), _with({"r=4": 0.98}))
+  front = cache.criteria(metrics, _config())[1:]
+  assert [c.name for c in front] == ["quarter_rank_on_front"] * 2
+  assert [c.verdict for c in front] == [report.SUPPORTED, report.REFUTED]
+  assert "r=4" in front[1].description
+
+
+@pytest.mark.parametrize(
+  "r4, expected", [(0.9, 16), (0.97, 4), (0.5, 16)]
+)  # bilinear 1.0, r=16 0.98 (within), r=1 0.3
+def test_r_star_is_the_smallest_rank_equivalent_to_full_rank(r4, expected):
+  config = _config()
+  metrics = _metrics(config, _with({"r=4": r4}))
+  r_star, tests = cache.smallest_equivalent_rank(metrics["adjusted"], config)
+  assert r_star == expected and list(tests) == ["r=1", "r=4", "r=16"]
+  assert tests["r=1"].verdict == report.REFUTED
+  none, _ = cache.smallest_equivalent_rank(
+    _metrics(config, _with({"r=16": 0.9}))["adjusted"], config
+  )
+  assert none is None
 
 
 def test_a_more_expensive_scorer_never_pushes_r_quarter_off_the_front():
