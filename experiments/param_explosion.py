@@ -20,6 +20,18 @@ Control (else INCONCLUSIVE): every form learns where answers come from: raw accu
 INFORMED x chance (MQAR: 1/K, a guess among the values in context), every seed.
 Claim, every seed: the matrix sum recalls (adjusted accuracy >= RECALLS); it beats each
 compared form by >= MARGIN adjusted accuracy (paired by seed: the same data order).
+Cost (v3, the claim's own quantity): over a grid of widths (quick D in {8, 12} on MQAR L = 8
+K = 2: full against a matrix sum of 4 heads; full D in {8, 12, 16} on the matched task: full
+and the diagonal), each model's training
+FLOPs to reach 0.9 adjusted accuracy (its fewest evaluated steps to it over the rate grid x
+XLA's FLOPs of one replica's train step; a width where it finished learning without reaching
+0.9 counts its whole budget, a lower bound), fitted as D^b per seed. Control: the fixed-H sum
+reaches 0.9 at every width, every seed. Claim: each compared form's b minus the sum's > 0.5
+(bootstrap 95% interval of the paired mean). Reported beside it: the exponents of the steps
+and train seconds to 0.9, of XLA's FLOPs per token and of the counted parameters, against
+the closed forms' (full 3, diagonal 2, matrix sum 2 at fixed H). Falsification: a second
+fixed-H sum (8 heads) read in place of the compared form: its cost grows as the sum's, so
+the criterion must reject it.
 Illustration (unit-tested, no verdict rides on it): the closed forms against D, where full
 passes 100K scalar functions at D = 317 (tests/experiments/test_param_explosion.py checks the
 real modules' counts against the closed forms up to D = 512 with jax.eval_shape).
@@ -45,6 +57,7 @@ import numpy as np
 
 from experiments import harness, protocol, report, run_all, sizes
 from experiments.symmetry import learns_where_answers_come_from
+from jaxformer.train import sweep
 
 NAME = "param_explosion"
 CLAIM = (
@@ -62,9 +75,15 @@ RECALLS = 0.8  # every matrix sum: adjusted accuracy >= this, every seed
 MARGIN = 0.25  # matrix sum - compared form, adjusted accuracy, every seed (paired)
 INFORMED = 0.8  # control: raw accuracy >= this x chance, every form
 MANY_FUNCTIONS = 100_000  # the illustration's line: full's D^2 passes it at D = 317
+# The cost reading (v3), stated before any v3 run: over the widths of `cost_widths`, the
+# training FLOPs each form needs to reach COST_TARGET adjusted accuracy, fitted as D^b (least
+# squares in log-log, per seed); full's b minus the fixed-H matrix sum's b must exceed
+# COST_MARGIN, half the closed forms' gap in parameters (3 against 2).
+COST_TARGET = 0.9
+COST_MARGIN = 0.5
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2
+VERSION = 3  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -80,15 +99,28 @@ SPECS = (
     f"the matched matrix sum beats each compared form by >= {MARGIN} adjusted, paired by seed",
     threshold=MARGIN,
   ),
+  protocol.Spec(
+    "sum_reaches_target",
+    f"the cost grid's matrix sum (fixed H) reaches {COST_TARGET} adjusted at every width, every "
+    "seed (else there is no cost to compare)",
+    threshold=COST_TARGET,
+    control=True,
+  ),
+  protocol.Spec(
+    "cost_grows_faster",
+    f"each compared form's training FLOPs to {COST_TARGET} adjusted grow faster in D than the "
+    f"fixed-H matrix sum's: fitted exponent minus the sum's > {COST_MARGIN}, the bootstrap 95% "
+    "interval of the paired mean above it (a width a form finished without reaching the target "
+    "counts its whole budget: a lower bound)",
+    threshold=COST_MARGIN,
+  ),
 )
 FALSIFICATION = (
   protocol.Falsification(
-    "a second matrix sum",
-    "sum_beats_form",
-    "a matrix sum with other seeds in place of the compared form: the margin criterion must "
-    "reject a form equal to the winner. Proposed: the cost redesign (issue 25 item 2) "
-    "replaces this comparison",
-    trained=False,
+    "a second fixed-H matrix sum",
+    "cost_grows_faster",
+    "the cost grid's matrix sum with twice the heads, in place of the compared form: its cost "
+    "grows as the sum's does (H fixed, D^2 parameters), so the exponent criterion must reject it",
   ),
 )
 
@@ -117,16 +149,29 @@ def get_config(size="quick"):
   c.num_test_examples = 256  # halves: validation (selection, early stop) and eval
   c.seed = 0  # generates the task's examples
   c.count_widths = (4, 8, 16, 32, 64, 128, 256, 512, 1024)  # D of the illustration
+  # v3's cost grid: each form of cost_forms and two fixed-H matrix sums at each width
+  c.cost_widths = (8, 12)
+  c.cost_forms = ("full",)  # compared with the matrix sum of cost_heads heads
+  # the cost grid's MQAR (L, K): quick's is smaller than the matched task's, where the 4-head
+  # sum at D = 8 was still at 0.39 raw after 800 steps and full at D = 8 cost 108 s (the first
+  # quick run of v3, not filed: a sizing run); None: the matched task's
+  c.cost_task = (8, 2)
+  c.cost_heads = 4  # H of the cost grid's matrix sum, the same at every D
+  c.falsification_heads = 8  # the second fixed-H sum, read in place of a compared form
   if size == "tiny":
     c.compared, c.matched_to = ("diagonal", "full"), ("diagonal",)  # full faces a smaller sum
     c.d_model, c.seq_len, c.num_kv_pairs, c.num_layers = 4, 8, 2, 1
+    c.cost_widths, c.cost_heads, c.falsification_heads, c.cost_task = (4, 8), 1, 2, None
     sizes.tiny(c, learning_rates=(3e-3, 1e-2))
   elif size == "full":
     c.d_model, c.compared, c.matched_to = 12, ("diagonal", "full"), ("diagonal", "full")
+    c.cost_widths, c.cost_forms, c.cost_task = (8, 12, 16), ("full", "diagonal"), None
     sizes.full(c, step_cap=1600)
   elif size == "accel":
     c.d_model, c.compared, c.matched_to = 32, ("diagonal", "full"), ("diagonal", "full")
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8
+    # not 64: full's scores at D = 64 are B x D^2 x L^2 = 4.3e9 floats a layer at batch 256
+    c.cost_widths, c.cost_forms, c.cost_task = (8, 16, 32), ("full", "diagonal"), None
     sizes.accel(c, total_steps=6000, num_test_examples=1024)
   else:
     sizes.check(size)
@@ -175,12 +220,48 @@ def models(config):
   return out
 
 
+def cost_setting(width):
+  return f"D={width}"
+
+
+def sum_name(heads):
+  return f"matrix_sum H={heads}"
+
+
+def cost_models(config):
+  """name -> (form, heads: None for the per-entry forms) of the cost grid: the compared forms,
+  the fixed-H matrix sum, then the falsification's second fixed-H sum."""
+  out = {form: (form, None) for form in config.cost_forms}
+  out[sum_name(config.cost_heads)] = ("matrix_sum", config.cost_heads)
+  return out | {sum_name(config.falsification_heads): ("matrix_sum", config.falsification_heads)}
+
+
+def cost_arm(config, name, width):
+  """(model, setting) of the trained arm a cost point reads: a compared form at the matched
+  comparison's width and task reads that arm (the same model), every other point its own."""
+  if width == config.d_model and name in config.compared and config.cost_task is None:
+    return name, "mqar"
+  return name, cost_setting(width)
+
+
 def arms(config):
   task = harness.mqar_task(config)
-  return [
+  out = [
     protocol.Arm(name, "mqar", RUNGS[form], task, fields)
     for name, (form, fields) in models(config).items()
   ]
+  shared = harness.model_fields(config, normalizer="softmax", rank=config.scorer_rank)
+  if config.cost_task is not None:
+    seq_len, pairs = config.cost_task
+    task = harness.mqar_task(config, seq_len=seq_len, num_kv_pairs=pairs)
+    shared = shared | {"max_len": seq_len}
+  for width in config.cost_widths:
+    for name, (form, heads) in cost_models(config).items():
+      if cost_arm(config, name, width)[1] == "mqar":
+        continue
+      fields = shared | {"d_model": width} | ({"num_heads": heads} if heads else {})
+      out.append(protocol.Arm(name, cost_setting(width), RUNGS[form], task, fields))
+  return out
 
 
 def mixing_parameters(params):
@@ -188,7 +269,103 @@ def mixing_parameters(params):
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params["layers_0"]["mixer"]))
 
 
+_FLOPS = {}  # (rung, model config, batch shape) -> XLA's FLOPs of one replica's train step
+
+
+def flops_per_step(arm):
+  """XLA's cost analysis of one replica's train step of a trained arm (lowered, not compiled:
+  the sweep's own program loops over replicas, which cost analysis counts once)."""
+  config = arm.config
+  shape = (int(config.batch_size), int(config.model.max_len))
+  key = (config.rung, config.model.to_json(), shape)
+  if key not in _FLOPS:
+    _, _, built = sweep.jitted(config, 1, shape, shape)
+    fn, args, _ = built["train_step"]
+    _FLOPS[key] = float(fn.lower(*args).cost_analysis()["flops"])
+  return _FLOPS[key]
+
+
+def exponent(widths, values):
+  """b of values ~ a D^b, least squares in log-log (NaN unless every value is finite, > 0)."""
+  values = [float(v) for v in values]
+  if len(widths) < 2 or not all(math.isfinite(v) and v > 0 for v in values):
+    return math.nan
+  return float(np.polyfit(np.log(widths), np.log(values), 1)[0])
+
+
+def measure_cost(config, trained):
+  """{model: its cost grid}: per width the steps to COST_TARGET adjusted per seed (its fewest
+  over the rate grid; a replica that finished without reaching it counts its whole budget, and
+  `bounded` says so), XLA's FLOPs per replica step and per token, the measured seconds per
+  replica step, the counted mixing parameters; per seed the fitted exponents of the steps,
+  FLOPs and seconds to the target, and the exponents of the FLOPs per token and parameters."""
+  widths = list(config.cost_widths)
+  out = {}
+  for name, (form, heads) in cost_models(config).items():
+    rows = []
+    for width in widths:
+      arm = trained.get(*cost_arm(config, name, width))
+      raw = arm.chance + COST_TARGET * (1 - arm.chance)
+      steps = arm.fastest_steps_to(raw)
+      finished = arm.plateaued()
+      bounded = [not math.isfinite(x) and finished for x in steps]
+      steps = [float(arm._budget()) if b else x for x, b in zip(steps, bounded, strict=True)]
+      flops = flops_per_step(arm)
+      replica_steps = max(1, arm.sweep.steps * len(arm.sweep.runs))
+      params = arm.params()
+      rows.append(
+        {
+          "steps": steps,
+          "bounded": bounded,
+          "flops_per_step": flops,
+          "flops_per_token": flops / (arm.config.batch_size * arm.config.model.max_len),
+          "seconds_per_replica_step": arm.sweep.train_seconds / replica_steps,
+          "mixing_params": mixing_parameters(params[0]) if params else math.nan,
+        }
+      )
+    seeds = range(len(rows[0]["steps"]))
+
+    def fit(key, rows=rows, seeds=seeds):
+      return [exponent(widths, [r["steps"][i] * r[key] for r in rows]) for i in seeds]
+
+    out[name] = {
+      "form": form,
+      "heads": heads,
+      "widths": widths,
+      "per_width": rows,
+      "exponent_steps": [exponent(widths, [r["steps"][i] for r in rows]) for i in seeds],
+      "exponent_flops": fit("flops_per_step"),
+      "exponent_seconds": fit("seconds_per_replica_step"),
+      "exponent_flops_per_token": exponent(widths, [r["flops_per_token"] for r in rows]),
+      "exponent_params": exponent(widths, [r["mixing_params"] for r in rows]),
+      "closed_form_exponent": exponent(
+        widths, [closed_form(form, w, config.scorer_rank, heads) for w in widths]
+      ),
+    }
+  return out
+
+
+def _cost_table(cost):
+  table = []
+  for name, c in cost.items():
+    table.append(
+      {
+        "cost grid model": name,
+        "D": ", ".join(map(str, c["widths"])),
+        "mixing params: closed-form exponent": c["closed_form_exponent"],
+        "counted": c["exponent_params"],
+        "FLOPs/token (XLA) exponent": c["exponent_flops_per_token"],
+        f"steps to {COST_TARGET}: exponent (mean)": protocol.mean(c["exponent_steps"]),
+        f"train FLOPs to {COST_TARGET}: exponent (mean)": protocol.mean(c["exponent_flops"]),
+        f"train seconds to {COST_TARGET}: exponent (mean)": protocol.mean(c["exponent_seconds"]),
+        "widths at the budget's bound": sum(any(r["bounded"]) for r in c["per_width"]),
+      }
+    )
+  return table
+
+
 def measure(config, trained, workdir):
+  cost = measure_cost(config, trained)
   counted, table = {}, []
   for name, (form, fields) in models(config).items():
     params = trained.get(name, "mqar").params()
@@ -213,23 +390,68 @@ def measure(config, trained, workdir):
     f"without a matched sum face {opponent(config.compared[-1], config)}, which has fewer. "
     "Counted: the trained params of layer 0's mixer."
   )
+  setup += (
+    f" Cost grid (v3): at D in {list(config.cost_widths)}, "
+    f"{', '.join(cost_models(config))}; each one's training FLOPs to {COST_TARGET} adjusted "
+    "(steps to it at its fastest rate x XLA's FLOPs of a train step), fitted as D^b per seed."
+  )
   return protocol.Section(
-    metrics={"mixing_params": counted}, table=table, plots=[_plot(config, workdir)], setup=setup
+    metrics={"mixing_params": counted, "cost": cost},
+    table=table,
+    plots=[_plot(config, workdir), _cost_plot(config, cost, workdir)],
+    setup=setup,
+    more_tables=[("cost of reaching the target against D (exponents b of D^b)", _cost_table(cost))],
   )
 
 
 def controls(metrics, config):
   chance = metrics["chance"]["mqar"]
-  return [
+  out = [
     learns_where_answers_come_from(
       name, metrics["accuracy"][name]["mqar"], chance, INFORMED, reads=[(name, "mqar")]
     )
     for name in models(config)
   ]
+  name = sum_name(config.cost_heads)
+  grid = metrics["cost"][name]["per_width"]
+  out.append(
+    report.every_seed(
+      f"{name} reaches {COST_TARGET} adjusted at every D of {list(config.cost_widths)} (per "
+      "seed: the widths it reached it at)",
+      [sum(not r["bounded"][i] and math.isfinite(r["steps"][i]) for r in grid) for i in
+       range(len(grid[0]["steps"]))],
+      lambda n: n == len(grid),
+      name="sum_reaches_target",
+      reads=[cost_arm(config, name, w) for w in config.cost_widths],
+    )
+  )  # fmt: skip
+  return out
+
+
+def _grows_faster(metrics, config, name, against):
+  cost = metrics["cost"]
+  return report.paired_above(
+    f"{name}'s training FLOPs to {COST_TARGET} adjusted grow faster in D than {against}'s: "
+    f"fitted exponent minus {against}'s > {COST_MARGIN} (paired by seed; closed forms of the "
+    f"parameters: {cost[name]['closed_form_exponent']:.2f} and "
+    f"{cost[against]['closed_form_exponent']:.2f})",
+    cost[name]["exponent_flops"],
+    cost[against]["exponent_flops"],
+    COST_MARGIN,
+    name="cost_grows_faster",
+    reads=[cost_arm(config, m, w) for m in (name, against) for w in config.cost_widths],
+  )
+
+
+def falsification(metrics, config):
+  """The second fixed-H matrix sum in place of a compared form: the exponent criterion must
+  reject it."""
+  name = sum_name(config.falsification_heads)
+  return [_grows_faster(metrics, config, name, sum_name(config.cost_heads))]
 
 
 def criteria(metrics, config):
-  adjusted = {name: v["mqar"] for name, v in metrics["adjusted"].items()}
+  adjusted = {name: v["mqar"] for name, v in metrics["adjusted"].items() if "mqar" in v}
   params = metrics.get("mixing_params", {})
   out = [
     report.every_seed(
@@ -253,7 +475,25 @@ def criteria(metrics, config):
         reads=[(winner, "mqar"), (form, "mqar")],
       )
     )
+  for form in config.cost_forms:
+    out.append(_grows_faster(metrics, config, form, sum_name(config.cost_heads)))
   return out
+
+
+def _cost_plot(config, cost, workdir):
+  fig = harness.figure(cols=1)
+  ax = fig.subplots()
+  for name, c in cost.items():
+    per_seed = [[r["steps"][i] * r["flops_per_step"] for r in c["per_width"]] for i in
+                range(len(c["per_width"][0]["steps"]))]  # fmt: skip
+    protocol.spread(ax, c["widths"], [list(col) for col in zip(*per_seed, strict=True)], name)
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  ax.set_xticks(list(config.cost_widths), [str(w) for w in config.cost_widths])
+  ax.set(xlabel="model width D", ylabel=f"train FLOPs to {COST_TARGET} adjusted (per replica)")
+  ax.set_title("cost of reaching the target (points: seeds)")
+  ax.legend(fontsize="small")
+  return harness.save(fig, workdir, f"{NAME}_cost.png")
 
 
 def _plot(config, workdir):

@@ -392,6 +392,7 @@ class Section:
   table: list = dataclasses.field(default_factory=list)  # rows, shown below the arms' table
   plots: list = dataclasses.field(default_factory=list)
   setup: str = ""
+  more_tables: list = dataclasses.field(default_factory=list)  # (title, rows) each, after it
 
 
 def plateau_status(run, budget, tolerance=PLATEAU_TOLERANCE, window=PLATEAU_WINDOW):
@@ -925,7 +926,7 @@ def run(module, config, workdir, size="", log=print):
     controls=controls,
     metrics=metrics,
     table=view.table(),
-    tables=[("", section.table)] if section.table else [],
+    tables=([("", section.table)] if section.table else []) + list(section.more_tables),
     plots=section.plots,
     size=size,
     seeds=list(confirm) if arms else [],

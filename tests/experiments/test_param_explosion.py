@@ -19,9 +19,28 @@ def _config(size="quick"):
   return param_explosion.get_config(size)
 
 
-def _metrics(config, **adjusted):
+def _cost(config, exponents=None, unreached=()):
+  """The cost grid's metrics as measure_cost gives them, reduced to what the verdict reads:
+  per model its fitted FLOPs-to-target exponent per seed (a compared form 3, both fixed-H
+  sums 2, unless `exponents` says otherwise) and per width whether each seed reached the
+  target (models in `unreached` reached it at no width)."""
+  exps = {form: 3.0 for form in config.cost_forms}
+  exps |= {param_explosion.sum_name(config.cost_heads): 2.0}
+  exps |= {param_explosion.sum_name(config.falsification_heads): 2.0}
+  exps |= exponents or {}
+  out = {}
+  for name, b in exps.items():
+    per_seed = list(b) if isinstance(b, list) else [b] * SEEDS
+    rows = [
+      {"steps": [100.0] * SEEDS, "bounded": [name in unreached] * SEEDS} for _ in config.cost_widths
+    ]
+    out[name] = {"exponent_flops": per_seed, "closed_form_exponent": 2.0, "per_width": rows}
+  return out
+
+
+def _metrics(config, cost=None, **adjusted):
   """Adjusted accuracy per model (every seed alike; a list for per-seed values): the claim
-  holding unless `adjusted` says otherwise."""
+  holding unless `adjusted` says otherwise; `cost`: _cost's arguments."""
   values = {name: 0.05 for name in config.compared}
   values |= {param_explosion.matrix_sum_name(f): 1.0 for f in config.matched_to}
   values |= {k.replace("__", "@"): v for k, v in adjusted.items()}
@@ -30,6 +49,7 @@ def _metrics(config, **adjusted):
     per_seed = list(value) if isinstance(value, list) else [value] * SEEDS
     m["adjusted"][name] = {"mqar": per_seed}
     m["accuracy"][name] = {"mqar": [a * (1 - CHANCE) + CHANCE for a in per_seed]}
+  m["cost"] = _cost(config, **(cost or {}))
   return m
 
 
@@ -38,14 +58,16 @@ def _verdict(config, **adjusted):
 
 
 def test_quick_passes_when_the_matrix_sum_recalls_and_the_diagonal_does_not():
-  # criteria: matrix_sum@diagonal recalls; it beats the diagonal
-  assert _verdict(_config()) == ([True] * 2, [True] * 2)
+  # controls: each form learns, the fixed-H sum reaches the target at every D; criteria:
+  # matrix_sum@diagonal recalls, it beats the diagonal, full's cost grows faster
+  assert _verdict(_config()) == ([True] * 3, [True] * 3)
 
 
 def test_full_size_judges_full_against_the_matrix_sum_of_its_own_count():
   config = _config("full")
-  # criteria: matrix_sum@diagonal and matrix_sum@full recall; each beats its form
-  assert _verdict(config) == ([True] * 4, [True] * 4)
+  # criteria: matrix_sum@diagonal and matrix_sum@full recall; each beats its form; the cost
+  # of full and of the diagonal grows faster than the fixed-H sum's
+  assert _verdict(config) == ([True] * 5, [True] * 6)
   assert param_explosion.opponent("full", config) == "matrix_sum@full"
   assert param_explosion.opponent("full", _config("tiny")) == "matrix_sum@diagonal"
 
@@ -53,14 +75,57 @@ def test_full_size_judges_full_against_the_matrix_sum_of_its_own_count():
 @pytest.mark.parametrize(
   "change, expected",
   [
-    ({"matrix_sum__diagonal": 0.5}, [False, True, True, True]),  # it does not recall
-    ({"matrix_sum__full": 0.5}, [True, False, True, True]),
-    ({"diagonal": 0.9}, [True, True, False, True]),  # the diagonal recalls as well
-    ({"full": 0.9}, [True, True, True, False]),  # full recalls as well
+    ({"matrix_sum__diagonal": 0.5}, [False, True, True, True, True, True]),  # no recall
+    ({"matrix_sum__full": 0.5}, [True, False, True, True, True, True]),
+    ({"diagonal": 0.9}, [True, True, False, True, True, True]),  # the diagonal as good
+    ({"full": 0.9}, [True, True, True, False, True, True]),  # full recalls as well
+    ({"cost": {"exponents": {"full": 2.4}}}, [True] * 4 + [False, True]),  # grows like the sum
+    ({"cost": {"exponents": {"diagonal": 2.0}}}, [True] * 5 + [False]),
   ],
 )
 def test_each_criterion_fails_alone(change, expected):
-  assert _verdict(_config("full"), **change) == ([True] * 4, expected)
+  assert _verdict(_config("full"), **change) == ([True] * 5, expected)
+
+
+@pytest.mark.parametrize(
+  "full, verdict",
+  [
+    (2.0 + param_explosion.COST_MARGIN + 0.01, report.SUPPORTED),
+    (2.0 + param_explosion.COST_MARGIN, report.REFUTED),
+    ([3.0, 2.1, 3.0], report.UNRESOLVED),  # one seed grows like the sum: the interval straddles
+    ([3.0, math.nan, 3.0], report.UNRESOLVED),  # a seed without a fit
+  ],
+)
+def test_the_cost_criterion_is_a_paired_interval_of_exponents(full, verdict):
+  config = _config()
+  metrics = _metrics(config, cost={"exponents": {"full": full}})
+  cost = param_explosion.criteria(metrics, config)[-1]
+  assert cost.name == "cost_grows_faster" and cost.verdict == verdict
+
+
+def test_the_second_fixed_sum_is_rejected_by_the_cost_criterion():
+  """The falsification arm: a matrix sum of twice the heads grows as the sum does."""
+  config = _config()
+  (reading,) = param_explosion.falsification(_metrics(config), config)
+  assert reading.name == "cost_grows_faster" and reading.verdict == report.REFUTED
+  grows = _metrics(config, cost={"exponents": {"matrix_sum H=8": 3.0}})
+  assert param_explosion.falsification(grows, config)[0].verdict == report.SUPPORTED
+
+
+def test_a_fixed_sum_that_never_reaches_the_target_makes_it_inconclusive():
+  config = _config()
+  controls, _, verdict = judge(
+    param_explosion, _metrics(config, cost={"unreached": ("matrix_sum H=4",)}), config
+  )
+  assert controls == [True, True, False] and verdict == report.INCONCLUSIVE
+
+
+def test_exponents_are_fitted_in_log_log():
+  assert param_explosion.exponent([8, 16, 32], [2 * 8**3, 2 * 16**3, 2 * 32**3]) == pytest.approx(
+    3.0
+  )
+  assert math.isnan(param_explosion.exponent([8, 16], [1.0, math.nan]))
+  assert math.isnan(param_explosion.exponent([8], [1.0]))
 
 
 @pytest.mark.parametrize(
@@ -74,7 +139,7 @@ def test_each_criterion_fails_alone(change, expected):
   ],
 )
 def test_each_threshold_from_both_sides(change, expected):
-  assert _verdict(_config(), **change)[1] == expected
+  assert _verdict(_config(), **change)[1][:2] == expected  # [2]: the cost criterion
 
 
 @pytest.mark.parametrize("raw, passes", [(0.8 * CHANCE, True), (0.8 * CHANCE - 0.001, False)])
@@ -83,8 +148,8 @@ def test_a_form_that_trained_nothing_makes_it_inconclusive(raw, passes):
   metrics = _metrics(config)
   metrics["accuracy"]["full"]["mqar"] = [raw] * SEEDS
   controls = param_explosion.controls(metrics, config)
-  # diagonal, full, matrix_sum@diagonal, matrix_sum@full
-  assert [c.passed for c in controls] == [True, passes, True, True]
+  # diagonal, full, matrix_sum@diagonal, matrix_sum@full; the fixed-H sum reaches the target
+  assert [c.passed for c in controls] == [True, passes, True, True, True]
   result = report.Result("", "", "", param_explosion.criteria(metrics, config), metrics)
   result.controls = controls
   assert result.verdict == ("SUPPORTED" if passes else "INCONCLUSIVE")
@@ -129,8 +194,11 @@ def test_matched_heads_are_the_most_that_fit():
 def test_tiny_run_trains_every_form_at_matched_counts(tmp_path):
   config = _config("tiny")
   result = protocol.run(param_explosion, config, str(tmp_path), "tiny", log=lambda text: None)
-  assert result.verdict in report.VERDICTS and len(result.criteria) == 3  # recall, 2 beats
-  names = list(param_explosion.models(config))
+  # recall, 2 beats, the cost of full
+  assert result.verdict in report.VERDICTS and len(result.criteria) == 4
+  # the matched arms, and the cost grid's at D = 8 (at D = 4 = d_model full reads its matched arm)
+  names = list(param_explosion.models(config)) + list(param_explosion.cost_models(config))
+  names += [n for n in param_explosion.cost_models(config) if n not in config.compared]
   assert len(result.runs) == len(names) * (
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)
@@ -139,5 +207,13 @@ def test_tiny_run_trains_every_form_at_matched_counts(tmp_path):
     assert row["mixing params/layer (counted)"] == row["closed form"]
   assert counted["matrix_sum@diagonal"] <= counted["diagonal"] < counted["full"]
   assert not any(math.isnan(a) for a in result.metrics["adjusted"]["full"]["mqar"])
+  cost = result.metrics["cost"]
+  assert set(cost) == {"full", "matrix_sum H=1", "matrix_sum H=2"}
+  for c in cost.values():  # XLA's FLOPs grow with D; steps: NaN (still learning) or <= the cap
+    assert c["per_width"][0]["flops_per_step"] < c["per_width"][1]["flops_per_step"]
+    assert all(math.isnan(s) or s <= config.step_cap for r in c["per_width"] for s in r["steps"])
+  assert cost["full"]["closed_form_exponent"] == pytest.approx(3.0)
+  assert cost["full"]["exponent_params"] == pytest.approx(3.0)  # counted: 2 K D^3
+  assert result.tables[1][0].startswith("cost of reaching the target")
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000
