@@ -244,7 +244,7 @@ def cache_bytes(cache):
 
 def cache_dims(config):
   """(key dims, value dims) one layer caches per token: what scorer.keys / valuer.values keep."""
-  from jaxformer.ladder import head_rank
+  from jaxformer.ladder import head_rank, value_rank
 
   c, width = config, config.d_model
   heads = {"full": width * width, "diagonal": width, "heads": c.num_heads}[c.weights]
@@ -254,7 +254,7 @@ def cache_dims(config):
   if c.weights != "heads":
     value_dims = heads  # one coordinate of x_i per head (K = 1)
   else:
-    value_dims = heads * (width if c.head_combine == "sum" else head_rank(c))
+    value_dims = heads * (width if c.head_combine == "sum" else value_rank(c))
   return key_dims, value_dims
 
 

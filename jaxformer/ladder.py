@@ -88,6 +88,8 @@ def default_config(name):
   c.num_layers = 2  # number of blocks (or stacked recurrent layers)
   c.num_heads = 2  # H: scalar coefficient functions a_j (ignored by full / diagonal weights)
   c.rank = ml_collections.FieldReference(None, field_type=int)  # K = r; None: d_model // num_heads
+  # concat + Wo: each head's value width (Wv_j is r_v x D); None: the scorer's rank
+  c.value_rank = ml_collections.FieldReference(None, field_type=int)
   c.d_ff = 256  # F: MLP width (mlp='kv')
   c.positions = "learned"  # none | learned | sinusoidal
   c.tie_embeddings = False  # share the token embedding with the output layer
@@ -188,6 +190,12 @@ def head_rank(config):
   return config.rank if config.rank is not None else config.d_model // config.num_heads
 
 
+def value_rank(config):
+  """Each head's value width under concat + Wo: model.value_rank, else the scorer's rank."""
+  rank = config.get("value_rank")
+  return rank if rank is not None else head_rank(config)
+
+
 def build(name, config=None):
   """The Linen module of rung `name`: int32 tokens [B, L] -> float32 logits [B, L, V]."""
   config = default_config(name) if config is None else config
@@ -236,7 +244,7 @@ def _valuer(c):
     return s4_values_heads.Diagonal(width=c.d_model)
   if c.head_combine == "sum":
     return s4_values_heads.MatrixSum(width=c.d_model, num_heads=c.num_heads)
-  return ConcatWo(width=c.d_model, num_heads=c.num_heads, rank=head_rank(c), use_bias=c.use_bias)
+  return ConcatWo(width=c.d_model, num_heads=c.num_heads, rank=value_rank(c), use_bias=c.use_bias)
 
 
 def _scorer(c, num_heads):
@@ -339,6 +347,13 @@ def validate(name, config):
     )
   if c.rank is not None and c.rank <= 0:
     raise ConfigError(f"model.rank={c.rank!r}: must be a positive integer or None")
+  if c.value_rank is not None and c.value_rank <= 0:
+    raise ConfigError(f"model.value_rank={c.value_rank!r}: must be a positive integer or None")
+  if c.value_rank is not None and (c.weights != "heads" or c.head_combine != "concat"):
+    raise ConfigError(
+      f"model.value_rank={c.value_rank}: only concat + Wo values have a rank of their own "
+      f"(weights='heads', head_combine='concat'; got {c.weights!r}, {c.head_combine!r})"
+    )
   if c.temperature is not None and not (math.isfinite(c.temperature) and c.temperature > 0):
     raise ConfigError(f"model.temperature={c.temperature!r}: must be a finite number > 0")
   if c.window is not None and c.window <= 0:
@@ -348,6 +363,11 @@ def validate(name, config):
     raise ConfigError(
       f"model.attention={c.attention!r} needs interaction='lowrank' and normalizer='softmax' "
       f"(got {c.interaction!r}, {c.normalizer!r}); use attention='generic'"
+    )
+  if c.attention != GENERIC and value_rank(c) != head_rank(c):
+    raise ConfigError(
+      f"model.value_rank={c.value_rank}: attention kernels take values as wide as the keys "
+      f"({head_rank(c)}); use attention='generic'"
     )
   if c.attention != GENERIC and c.mask != "causal":
     raise ConfigError(

@@ -2,6 +2,7 @@
 every rung; generate compiles once; the cache is as large as the formula says."""
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,6 +46,18 @@ def test_cached_decoding_equals_full_forward(rung):
   chex.assert_trees_all_close(got, want, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("value_rank", [2, 12])
+def test_values_of_their_own_rank_decode_as_the_full_pass(value_rank):
+  """concat + Wo with model.value_rank: Wv_j and Wo_j are r_v wide, the scorer stays rank 4."""
+  c, model, params, tokens_BL = setup("transformer", rank=4, value_rank=value_rank)
+  mixer = nn.meta.unbox(params)["layers_0"]["mixer"]
+  assert mixer["valuer"]["wv"].shape == (c.d_model, c.num_heads, value_rank)
+  assert mixer["valuer"]["wo"].shape == (c.num_heads, value_rank, c.d_model)
+  assert mixer["scorer"]["wq"].shape == (c.d_model, c.num_heads, 4)
+  want, got, _ = full_and_cached(model, params, tokens_BL, 3)
+  chex.assert_trees_all_close(got, want, atol=2e-5, rtol=2e-5)
+
+
 @pytest.mark.parametrize(
   "rung, overrides",
   [
@@ -53,6 +66,7 @@ def test_cached_decoding_equals_full_forward(rung):
     ("softmax", {}),  # summed heads: D-dim values per head
     ("concat_wo", {"window": 4}),  # ring buffer of 4 slots
     ("concat_wo", {"dtype": "bfloat16", "rank": 4}),
+    ("concat_wo", {"rank": 2, "value_rank": 6}),  # values wider than the keys
     ("source_only", {}),  # one key number per head
     ("rnn_attention", {}),  # carries + one attention layer
   ],
@@ -67,6 +81,8 @@ def test_cache_bytes_match_formula(rung, overrides):
 def test_cache_dims_follow_the_pieces():
   c = small_config("transformer", rank=4)
   assert decode.cache_dims(c) == (c.num_heads * 4, c.num_heads * 4)
+  c = small_config("transformer", rank=4, value_rank=12)
+  assert decode.cache_dims(c) == (c.num_heads * 4, c.num_heads * 12)
   c = small_config("matrix_sum", interaction="bilinear")
   assert decode.cache_dims(c) == (c.num_heads * c.d_model, c.num_heads * c.d_model)
 

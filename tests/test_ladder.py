@@ -185,6 +185,33 @@ def test_bad_config_names_the_field(field, value, message):
     ladder.build("softmax", config)
 
 
+@pytest.mark.parametrize(
+  "rung, fields, message",
+  [
+    ("concat_wo", {"value_rank": 0}, "model.value_rank=0: must be a positive integer"),
+    ("softmax", {"value_rank": 8}, "model.value_rank=8: only concat \\+ Wo values"),
+    ("transformer", {"value_rank": 8, "attention": "dot_product"}, "attention kernels take"),
+  ],
+)
+def test_a_value_rank_is_checked(rung, fields, message):
+  config = ladder.default_config(rung)
+  config.update(fields)
+  with pytest.raises(ladder.ConfigError, match=message):
+    ladder.build(rung, config)
+  config.update({"value_rank": None})
+  ladder.build(rung, config)  # the default: values as wide as the scorer's rank
+
+
+def test_a_default_value_rank_leaves_the_checkpoint_fingerprint_as_it_was():
+  from jaxformer.train import config as config_lib
+  from jaxformer.train import program
+
+  c = config_lib.get_config("transformer")
+  assert "value_rank" not in program.fingerprint(c)["model"]
+  c.model.value_rank = 8
+  assert program.fingerprint(c)["model"]["value_rank"] == 8
+
+
 @pytest.mark.parametrize("rung", ["mlp_kv", "custom"])
 @pytest.mark.parametrize(
   "fields, message",

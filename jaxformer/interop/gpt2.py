@@ -117,6 +117,11 @@ def to_gpt2_config(config):
   for field, want in fixed.items():
     if c[field] != want:
       raise GPT2FormatError(f"model.{field}={c[field]!r}: GPT-2 needs {want!r}")
+  if ladder.value_rank(c) != ladder.head_rank(c):
+    raise GPT2FormatError(
+      f"model.value_rank={c.value_rank!r}: GPT-2's values are as wide as its keys "
+      f"({ladder.head_rank(c)})"
+    )
   if c.d_model % c.num_heads or ladder.head_rank(c) * c.num_heads != c.d_model:
     raise GPT2FormatError(
       f"model.rank={c.rank!r}: GPT-2 needs rank * num_heads == d_model ({c.d_model})"

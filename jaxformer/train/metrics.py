@@ -81,7 +81,8 @@ def flops_per_token(rung, model_config, seq_len, matmul_params):
   else:
     mixer_layers = c.num_layers
   heads_width = c.num_heads * ladder.head_rank(c)
-  mix_width = {"full": c.d_model * c.d_model, "diagonal": c.d_model}.get(c.weights, heads_width)
+  value_width = c.num_heads * ladder.value_rank(c)  # = heads_width unless model.value_rank
+  mix_width = {"full": c.d_model * c.d_model, "diagonal": c.d_model}.get(c.weights, value_width)
   if rung in ladder.RECURRENT_RUNGS:  # the read over states uses the attention defaults
     mix_width = heads_width
   per_layer = 6 * seq_len * (heads_width + mix_width)

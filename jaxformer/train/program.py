@@ -124,9 +124,18 @@ def resolve(config, dataset):
   return resolved
 
 
+# Model fields added after checkpoints were written, left out of the fingerprint at their
+# default so that those checkpoints still resume (the model they build is the same)
+LATER_MODEL_FIELDS = {"value_rank": None}
+
+
 def fingerprint(config):
   """What a checkpoint must match to be resumed: the rung, its model config and the task."""
-  return {"rung": config.rung, "model": config.model.to_dict(), "task": config.task}
+  model = config.model.to_dict()
+  for field, default in LATER_MODEL_FIELDS.items():
+    if field in model and model[field] == default:
+      del model[field]
+  return {"rung": config.rung, "model": model, "task": config.task}
 
 
 @dataclasses.dataclass(frozen=True)
