@@ -23,6 +23,13 @@ Claim, every seed (chance 1/K): (a) concat + Wo at r = D/4 is within 0.05 adjust
 summed heads (paired by seed); (b) at a fixed parameter count no split beats the fewest, widest
 heads of the grid by more than 0.05 adjusted accuracy.
 
+Reported beside the verdict (v4; no criterion reads them): the most heads of the grid with only
+the scorer widened to D/4 (`concat H=16 qk=16 v=4` at quick and full) and with only the values
+widened (`qk=4 v=16`), since the grid's narrow heads cut both ranks at once (model.value_rank);
+and one head against summed_heads heads (H r = budget) as char-level LMs on jaxformer's own
+source, read by eval loss (Vaswani et al. 2017, Table 3 rows A, found one head worse than
+several on translation; MQAR may hide that).
+
   python -m experiments.heads --workdir runs/heads                    # quick
   python -m experiments.heads --size full --workdir runs/heads_full
 
@@ -33,6 +40,7 @@ run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 o
 at 1.0. Measured numbers: docs/experiments.md.
 """
 
+import os
 import sys
 
 import jax
@@ -40,6 +48,7 @@ import ml_collections
 import numpy as np
 
 from experiments import cache, harness, protocol, report, run_all, sizes
+from jaxformer import data
 
 NAME = "heads"
 CLAIM = (
@@ -56,7 +65,7 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3
+VERSION = 4  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -105,8 +114,15 @@ def get_config(size="quick"):
   protocol.set_sweep_defaults(c, total_steps=400)
   protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.decode_batch = 8  # test prompts prefilled into the measured caches
+  # v4, reported beside the verdict (no criterion reads them): the most heads of the grid with
+  # only the scorer, or only the values, widened to the summed reference's rank D/4; and one
+  # head against summed_heads heads (H r = budget both) as char-level LMs on `text_corpus`
+  c.rank_split = True
+  c.text_corpus = "jaxformer/**/*.py"  # glob relative to the repository root: our own source
+  c.text_seq_len, c.text_stride = 32, 16
   if size == "tiny":  # the tests: seconds
     c.d_model, c.budget, c.heads_grid, c.num_layers, c.seq_len = 16, 16, (4, 8), 1, 8
+    c.text_corpus, c.text_seq_len, c.text_stride = "jaxformer/math/*.py", 16, 16
     sizes.tiny(c, num_kv_pairs=2, decode_batch=2)
   elif size == "full":
     # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
@@ -157,15 +173,57 @@ def quarter_name(config):
   return concat_name(h, config.budget // h)
 
 
+TEXT = "text"
+
+
+def split_name(heads, scorer_rank, value_rank):
+  return f"concat H={heads} qk={scorer_rank} v={value_rank}"
+
+
+def reported_models(config):
+  """name -> (setting, heads, scorer rank, value rank) of v4's reported arms: the most heads
+  of the grid with one of its two ranks widened to D/4, and one head against summed_heads
+  heads on text (H r = budget both)."""
+  most, wide = max(config.heads_grid), config.budget // config.summed_heads
+  narrow = config.budget // most
+  out = {}
+  if config.rank_split:
+    out[split_name(most, wide, narrow)] = (setting(config), most, wide, narrow)
+    out[split_name(most, narrow, wide)] = (setting(config), most, narrow, wide)
+  for h in (1, config.summed_heads):
+    out[concat_name(h, config.budget // h)] = (TEXT, h, config.budget // h, config.budget // h)
+  return out
+
+
+def text_task(config):
+  path = os.path.join(harness.REPO_ROOT, config.text_corpus)
+  return f"text:path={path},level=char,seq_len={config.text_seq_len},stride={config.text_stride}"
+
+
 def arms(config):
   check(config)
   task = harness.mqar_task(config)
-  return [
+  out = [
     protocol.Arm(
       name, setting(config), rung, task, harness.model_fields(config, num_heads=h, rank=r)
     )
     for name, (rung, h, r) in models(config).items()
   ]
+  text = text_task(config)
+  vocab = data.get_dataset(text, "train").vocab_size
+  for name, (where, h, r, rv) in reported_models(config).items():
+    fields = {"num_heads": h, "rank": r}
+    if where == TEXT:
+      fields |= {"vocab_size": vocab, "max_len": config.text_seq_len}
+      out.append(
+        protocol.Arm(name, TEXT, "concat_wo", text, harness.model_fields(config, **fields))
+      )
+    else:
+      fields["value_rank"] = rv
+      out.append(
+        protocol.Arm(name, where, "concat_wo", task, harness.model_fields(config, **fields))
+      )
+  return out
 
 
 def mixer_params(params):
@@ -268,6 +326,19 @@ def measure(config, trained, workdir):
     }
     for name, (_, h, r) in models(config).items()
   ]
+  eval_loss = trained.metrics()["eval_loss"]
+  reported = [
+    {
+      "model": name,
+      "task": "text" if where == TEXT else key,
+      "H": h,
+      "scorer rank": r,
+      "value rank": rv,
+      "adjusted accuracy mean": protocol.mean(adj[name][where]),
+      "eval loss mean (nats per token)": protocol.mean(eval_loss[name][where]),
+    }
+    for name, (where, h, r, rv) in reported_models(config).items()
+  ]
   plots = [_plot(config, adj, value_bytes, key, workdir)]
   setup = (
     f"D={config.d_model}, {config.num_layers} layers, pre-norm + final norm; concat + Wo at "
@@ -275,13 +346,16 @@ def measure(config, trained, workdir):
     f"H={config.summed_heads} with the same scorer rank {config.budget // config.summed_heads}; "
     f"MQAR V={config.vocab_size} K={config.num_kv_pairs} L={config.seq_len}. Value-cache bytes "
     f"from each model's decoding cache after a prefill of {config.decode_batch} x "
-    f"{config.seq_len} test tokens (float32); parameter counts from the trained arrays."
+    f"{config.seq_len} test tokens (float32); parameter counts from the trained arrays. "
+    f"Reported (no criterion reads them): {', '.join(reported_models(config))}; the text arms "
+    f"are char-level LMs on {config.text_corpus} (L={config.text_seq_len}), read by eval loss."
   )
   return protocol.Section(
     metrics={"value_bytes": value_bytes, "mixer_params": params_count},
     table=table,
     plots=plots,
     setup=setup,
+    more_tables=[("reported: scorer and value rank apart; one head or several on text", reported)],
   )
 
 

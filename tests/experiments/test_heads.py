@@ -1,3 +1,4 @@
+import math
 import os
 
 import numpy as np
@@ -119,8 +120,16 @@ def test_tiny_run_measures_value_caches_of_the_trained_models(tmp_path):
   result = protocol.run(heads, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.experiment == heads.NAME and result.verdict in report.VERDICTS
   names = list(heads.models(config))
-  assert [row["model"] for row in result.table] == names
-  assert len(result.runs) == len(names) * (
+  reported = heads.reported_models(config)  # 8 heads with one rank widened; 1 and 4 on text
+  assert list(reported) == [
+    "concat H=8 qk=4 v=2", "concat H=8 qk=2 v=4", "concat H=1 r=16", "concat H=4 r=4"
+  ]  # fmt: skip
+  assert [row["model"] for row in result.table] == names + list(reported)
+  title, rows = result.tables[1]
+  assert title.startswith("reported") and [r["model"] for r in rows] == list(reported)
+  assert all(math.isfinite(r["eval loss mean (nats per token)"]) for r in rows)
+  assert [(r["scorer rank"], r["value rank"]) for r in rows[:2]] == [(4, 2), (2, 4)]
+  assert len(result.runs) == (len(names) + len(reported)) * (
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)
   assert len(result.controls) == 2 and len(result.criteria) == 2
