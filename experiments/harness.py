@@ -77,6 +77,13 @@ def model_fields(config, **fields):
   return shared | fields
 
 
+def text_task(corpus, seq_len, stride):
+  """The char-level text spec of `corpus` (a glob relative to the repository root): windows of
+  seq_len characters every `stride`."""
+  path = os.path.join(REPO_ROOT, corpus)
+  return f"text:path={path},level=char,seq_len={seq_len},stride={stride}"
+
+
 def mqar_task(config, seq_len=None, num_kv_pairs=None):
   """The MQAR spec of an experiment config (its vocab_size, seq_len, num_kv_pairs,
   num_examples, num_test_examples and seed); a grid point passes its own seq_len or pairs."""

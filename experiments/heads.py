@@ -40,7 +40,6 @@ run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 o
 at 1.0. Measured numbers: docs/experiments.md.
 """
 
-import os
 import sys
 
 import jax
@@ -195,11 +194,6 @@ def reported_models(config):
   return out
 
 
-def text_task(config):
-  path = os.path.join(harness.REPO_ROOT, config.text_corpus)
-  return f"text:path={path},level=char,seq_len={config.text_seq_len},stride={config.text_stride}"
-
-
 def arms(config):
   check(config)
   task = harness.mqar_task(config)
@@ -209,20 +203,18 @@ def arms(config):
     )
     for name, (rung, h, r) in models(config).items()
   ]
-  text = text_task(config)
+  text = harness.text_task(config.text_corpus, config.text_seq_len, config.text_stride)
   vocab = data.get_dataset(text, "train").vocab_size
   for name, (where, h, r, rv) in reported_models(config).items():
     fields = {"num_heads": h, "rank": r}
     if where == TEXT:
       fields |= {"vocab_size": vocab, "max_len": config.text_seq_len}
-      out.append(
-        protocol.Arm(name, TEXT, "concat_wo", text, harness.model_fields(config, **fields))
-      )
     else:
       fields["value_rank"] = rv
-      out.append(
-        protocol.Arm(name, where, "concat_wo", task, harness.model_fields(config, **fields))
-      )
+    arm_task = text if where == TEXT else task
+    out.append(
+      protocol.Arm(name, where, "concat_wo", arm_task, harness.model_fields(config, **fields))
+    )
   return out
 
 
@@ -330,7 +322,7 @@ def measure(config, trained, workdir):
   reported = [
     {
       "model": name,
-      "task": "text" if where == TEXT else key,
+      "task": where,
       "H": h,
       "scorer rank": r,
       "value rank": rv,

@@ -57,7 +57,6 @@ lr logspace(1e-3, 1e-2, 4), 1,500 steps (fold cells 500). Measured numbers: docs
 """
 
 import functools
-import os
 import sys
 
 import flax.linen as nn
@@ -225,8 +224,7 @@ def check(config):
 
 
 def task_spec(config):
-  path = os.path.join(harness.REPO_ROOT, config.corpus)
-  return f"text:path={path},level=char,seq_len={config.seq_len},stride={config.stride}"
+  return harness.text_task(config.corpus, config.seq_len, config.stride)
 
 
 SETTING = "text"

@@ -19,7 +19,7 @@ grain's thread prefetch (`to_iter_dataset(ReadOptions)`) reads the next batches 
 the training step runs; its iterator state is the number of batches returned.
 
 `in_memory(dataset)` holds a split's records as arrays, once per process: its batches are one
-index each, with no per-record decode (what the experiments' sweeps read, with num_threads=0).
+index each, with no per-record decode and no reader threads (what the experiments' sweeps read).
 
 With drop_remainder=False the last batch of an epoch is padded to full size with
 repeats of its own examples whose `mask` is 0: shapes stay static (no recompile) and
@@ -150,8 +150,9 @@ class Loader:
     self.steps_per_epoch = len(batches)
     self.num_steps = None if num_epochs is None else num_epochs * len(batches)
     if isinstance(self.source, InMemory):  # an index per batch: no reader threads to feed
-      self._iter = _IndexedBatches(n, G, seed, shuffle, self.steps_per_epoch, self.num_steps)
-      self._iter.read = self._read
+      self._iter = _IndexedBatches(
+        n, G, seed, shuffle, self.steps_per_epoch, self.num_steps, self._read
+      )
       return
     self._batches = batches.repeat(num_epochs).map(self._read)  # random access by step
     options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
@@ -204,11 +205,11 @@ class _IndexedBatches:
   for the batch's rows alone. grain's pipeline costs some 40 us of Python per example, about a
   quick sweep step's time per batch; this a few."""
 
-  def __init__(self, n, G, seed, shuffle, steps_per_epoch, num_steps):
+  def __init__(self, n, G, seed, shuffle, steps_per_epoch, num_steps, read):
     self.n, self.G, self.seed, self.shuffle = n, G, seed, shuffle
     self.steps_per_epoch, self.num_steps = steps_per_epoch, num_steps
+    self.read = read  # the Loader's _read: global indices -> this shard's batch
     self.next_index = 0
-    self.read = None  # the Loader's _read
 
   def __iter__(self):
     return self

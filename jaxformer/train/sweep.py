@@ -451,12 +451,9 @@ def _held_out(dataset, batch_size):
   n = len(dataset)
   if n < 2:
     raise data.DataError(f"{dataset.spec}: the held-out split needs >= 2 examples, has {n}")
-  source = data.in_memory(dataset).source
-  if isinstance(source, data.InMemory):
-    arrays = {k: v.astype(np.int32) for k, v in source.arrays.items()}
-  else:
-    records = source.__getitems__(list(range(n)))
-    arrays = {k: np.stack([np.asarray(r[k]) for r in records]).astype(np.int32) for k in records[0]}
+  # every record is read whatever its size (no max_bytes), held once per process
+  held = data.in_memory(dataset, max_bytes=math.inf).source.arrays
+  arrays = {k: v.astype(np.int32) for k, v in held.items()}
   halves = []
   for lo, hi in ((0, n // 2), (n // 2, n)):
     batches = []
@@ -521,11 +518,7 @@ def train(config, replicas, *, log=None, keep_params=True):
   state = init(keys, hyper)
 
   seeds = sorted({r.seed for r in replicas})
-  threads = 0 if isinstance(train_ds.source, data.InMemory) else 2
-  loaders = {
-    s: iter(data.Loader(train_ds, B, seed=s, shard_index=0, shard_count=1, num_threads=threads))
-    for s in seeds
-  }
+  loaders = {s: iter(data.Loader(train_ds, B, seed=s, shard_index=0, shard_count=1)) for s in seeds}
   row = [seeds.index(r.seed) for r in replicas]
   active = np.ones(n, bool)  # host copy, exact at each host read
   active_dev = put(active)
