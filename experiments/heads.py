@@ -47,7 +47,6 @@ import ml_collections
 import numpy as np
 
 from experiments import cache, harness, protocol, report, run_all, sizes
-from jaxformer import data
 
 NAME = "heads"
 CLAIM = (
@@ -64,7 +63,8 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 4  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm
+VERSION = 5  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+# v5: the text arms take their vocabulary and length from the corpus when they run
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -204,11 +204,12 @@ def arms(config):
     for name, (rung, h, r) in models(config).items()
   ]
   text = harness.text_task(config.text_corpus, config.text_seq_len, config.text_stride)
-  vocab = data.get_dataset(text, "train").vocab_size
   for name, (where, h, r, rv) in reported_models(config).items():
     fields = {"num_heads": h, "rank": r}
     if where == TEXT:
-      fields |= {"vocab_size": vocab, "max_len": config.text_seq_len}
+      # None: the loop sizes the model from the corpus (program.resolve), so the design does
+      # not depend on which characters the corpus holds today
+      fields |= {"vocab_size": None, "max_len": None}
     else:
       fields["value_rank"] = rv
     arm_task = text if where == TEXT else task

@@ -92,9 +92,9 @@ PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 6  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
+VERSION = 7  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
 # v5: the parameter-matched arm (a') and the fixed-W2 falsification arm; v6: the full grid of four
-# rates
+# rates; v7: the models take their vocabulary and length from the corpus when they run
 SPECS = (
   protocol.Spec(
     "w2_models_learn",
@@ -261,13 +261,15 @@ def fold_models(config):
   return {cell: widest if cell == ("single", "pre") else cell_name(*cell) for cell in CELLS}
 
 
-def fields(config, vocab_size, width, w2=True, skip="single", norm="pre", trained=True):
+def fields(config, width, w2=True, skip="single", norm="pre", trained=True):
   extra = {} if trained else {"mlp_w2_trained": False}  # only the fixed-W2 arm names the field
   return (
     harness.model_fields(
       config,
-      vocab_size=vocab_size,
-      max_len=config.seq_len,
+      # None: the loop sizes the model from the corpus (program.resolve), so the design does
+      # not depend on which characters the corpus holds today
+      vocab_size=None,
+      max_len=None,
       num_heads=config.num_heads,
       d_ff=width,
       mlp_w2=w2,
@@ -282,18 +284,14 @@ def fields(config, vocab_size, width, w2=True, skip="single", norm="pre", traine
 def arms(config):
   check(config)
   task = task_spec(config)
-  vocab = data.get_dataset(task, "train").vocab_size
   d = config.d_model
   out = [
-    protocol.Arm(w2_name(w, False), SETTING, "mlp_kv", task, fields(config, vocab, w, w2=False))
+    protocol.Arm(w2_name(w, False), SETTING, "mlp_kv", task, fields(config, w, w2=False))
     for w in (d, MATCHED * d)
   ]
-  out.append(
-    protocol.Arm(fixed_name(d), SETTING, "mlp_kv", task, fields(config, vocab, d, trained=False))
-  )
+  out.append(protocol.Arm(fixed_name(d), SETTING, "mlp_kv", task, fields(config, d, trained=False)))
   out += [
-    protocol.Arm(w2_name(w), SETTING, "mlp_kv", task, fields(config, vocab, w))
-    for w in config.widths
+    protocol.Arm(w2_name(w), SETTING, "mlp_kv", task, fields(config, w)) for w in config.widths
   ]
   for (skip, norm), name in fold_models(config).items():
     if name == cell_name(skip, norm):
@@ -303,7 +301,7 @@ def arms(config):
           SETTING,
           "mlp_kv",
           task,
-          fields(config, vocab, max(config.widths), skip=skip, norm=norm),
+          fields(config, max(config.widths), skip=skip, norm=norm),
           train={"total_steps": config.fold_steps},
         )
       )

@@ -147,6 +147,7 @@ def test_the_matched_arm_has_the_parameters_of_w1_and_w2_at_f_equal_d():
   def count(name):
     c = ladder.default_config("mlp_kv")
     c.update(arms[name].fields)
+    c.vocab_size, c.max_len = 64, config.seq_len  # the loop takes them from the corpus
     model = ladder.build("mlp_kv", c)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
     return sum(x.size for x in jax.tree.leaves(shapes["params"]))
