@@ -105,6 +105,9 @@ MIN_CONFIRMATORY = {"tiny": 1, "quick": 3, "full": 5, "accel": 5}
 PLATEAU_TOLERANCE = 0.02  # best validation accuracy gained over the window, below: flat
 PLATEAU_WINDOW = 0.5  # the last half of the budget
 PLATEAU_GROWTH = 2.0  # a budget that did not plateau retrains at 2x, up to step_cap
+# Under a run's workdir: its finished sweeps (jaxformer/train/sweep_store.py); the same command
+# run again after a stop or crash reads them back and trains only what is missing.
+SWEEPS = "sweeps"
 # A grid extends past its edge up to the config's `lr_cap` (low, high); a config without one
 # does not extend (a test's tiny grid, an unregistered module).
 
@@ -695,10 +698,13 @@ def _extension(lrs, selected_lr, cap):
   return None
 
 
-def train_arm(arm, config, log=print):
+def train_arm(arm, config, log=print, store=None):
   """Trains one arm under the protocol's rule: select on the exploratory seeds, extend the
   learning-rate grid past an edge up to lr_cap, grow the budget up to step_cap until every
-  replica at the selected point has finished learning. Returns an ArmResult."""
+  replica at the selected point has finished learning. Returns an ArmResult.
+
+  `store`: a directory of finished sweeps (jaxformer/train/sweep_store.py), so that a run
+  stopped part-way resumes at its first unfinished sweep."""
   explore, confirm = seed_sets(config)
   seeds = explore + confirm
   rule = budget_rule(config)
@@ -720,6 +726,7 @@ def train_arm(arm, config, log=print):
         tc,
         sweep.grid(seeds, tuple(todo), wds),
         log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}"),
+        store=store,
       )
       for lr in todo:
         done[(lr, budget)] = result
@@ -765,11 +772,11 @@ def train_arm(arm, config, log=print):
     return arm_result
 
 
-def train(arms, config, log=print):
-  """Trains every arm (train_arm); returns Trained."""
+def train(arms, config, log=print, store=None):
+  """Trains every arm (train_arm, with `store`); returns Trained."""
   results = []
   for i, arm in enumerate(arms, 1):
-    r = train_arm(arm, config, log)
+    r = train_arm(arm, config, log, store)
     results.append(r)
     acc = r.per_seed("eval_accuracy")
     diverged = sum(not x.finite for x in r.runs)
@@ -875,7 +882,7 @@ def run(module, config, workdir, size="", log=print):
   reg = design(module, size) if registered(module) and size else None
   explore, confirm = seed_sets(config)
   arms = module.arms(config) if hasattr(module, "arms") else []
-  trained = train(arms, config, log)
+  trained = train(arms, config, log, store=os.path.join(workdir, SWEEPS))
   view = trained.view(confirm)
   section, metrics, controls, criteria, falsif = _judge(module, config, view, workdir)
   for group in (controls, criteria, falsif):

@@ -640,7 +640,8 @@ def run(mixer=None, fields=None, size="quick", workdir="runs/scorecard", config=
   config = config or get_config(size)
   cands = candidates(config, mixer, fields)
   info = check_all(config, cands, log)
-  trained = protocol.train(arms(config, cands), config, log)
+  store = os.path.join(workdir, protocol.SWEEPS)
+  trained = protocol.train(arms(config, cands), config, log, store=store)
   metrics = trained.metrics()
   metrics["mixers"] = {name: {"spec": spec, "fields": f, **info[name]} for name, spec, f in cands}
   metrics["tasks"] = tasks(config)

@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import os
 import time
 
 import flax.linen as nn
@@ -50,7 +51,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxformer import data, ladder
-from jaxformer.train import optimizer, program, step
+from jaxformer.train import optimizer, program, step, sweep_store
 
 REPLICA_AXIS = "replica"
 
@@ -478,11 +479,13 @@ def _evaluate(evaluate, params, batches):
   return totals["loss_sum"] / weight, totals["correct_sum"] / weight
 
 
-def train(config, replicas, *, log=None, keep_params=True):
+def train(config, replicas, *, log=None, keep_params=True, store=None):
   """Trains every replica of `config` in one program; returns a SweepResult.
 
   `config` is a training config (jaxformer/train/config.py); each Replica replaces its seed,
   learning rate and weight decay. `log(text)` receives progress lines (None: quiet).
+  `store`: a directory of finished sweeps (jaxformer/train/sweep_store.py): a sweep with the
+  same key there is read back instead of trained, and a finished one is written there.
   Raises ConfigError / DataError naming the field for a config that cannot run.
   """
   program.check_config(config)
@@ -497,6 +500,21 @@ def train(config, replicas, *, log=None, keep_params=True):
     for split in ("train", "test")
   )
   config = program.resolve(config, train_ds)  # model.vocab_size / max_len from the task
+  entry = sweep_store.key(config, replicas, (train_ds, test_ds), keep_params) if store else None
+  stored = sweep_store.load(store, entry) if entry else None
+  if stored is not None:
+    log(f"read back from {os.path.join(store, entry)} (trained before with the same inputs)")
+    return SweepResult(config=config, **stored)
+  result = _train(config, replicas, train_ds, test_ds, log, keep_params)
+  if entry:
+    why = sweep_store.save(store, entry, result)
+    if why:
+      log(f"not stored in {store} ({why}): a resumed run trains this sweep again")
+  return result
+
+
+def _train(config, replicas, train_ds, test_ds, log, keep_params):
+  """sweep.train's training, on the resolved config and the in-memory splits."""
   chance, chance_rule = data.chance(train_ds)
   n, B, L = len(replicas), config.batch_size, train_ds.seq_len
   validation, evaluation = _held_out(test_ds, B)

@@ -4,6 +4,7 @@ trained minus untrained, the falsification arm (experiments/protocol.py, report.
 
 import json
 import math
+import os
 import types
 
 import ml_collections
@@ -254,7 +255,7 @@ def fake_sweep(monkeypatch):
   model whose width is 8 never finishes within 1,000 steps at any rate); every call logged."""
   calls = []
 
-  def train(config, replicas, log=None):
+  def train(config, replicas, log=None, store=None):
     budget, width = int(config.total_steps), int(config.model.d_model)
     calls.append((width, budget, sorted({r.learning_rate for r in replicas})))
     learns_by = lambda lr: 2000 if width == 8 else 300 * 3e-3 / lr  # noqa: E731
@@ -303,6 +304,36 @@ def test_a_rate_selected_at_an_edge_extends_the_grid_up_to_its_cap(fake_sweep):
   )
   assert no_cap.learning_rates == [1e-3, 3e-3]
   assert [h["what"] for h in no_cap.history if "learning_rate" in h] == []
+
+
+def test_an_arm_trained_again_with_its_store_reads_every_sweep_back(tmp_path, monkeypatch):
+  # a budget that grows (10 -> 20 steps) and a grid of two rates: three sweeps, all stored
+  arm = protocol.Arm(
+    "model",
+    "s",
+    "transformer",
+    "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2,num_examples=64,num_test_examples=16",
+    {"d_model": 16, "num_heads": 1, "d_ff": 32},
+  )
+  config = _config(
+    confirmatory_seeds=(0,), total_steps=10, step_cap=20, eval_every=5, early_stop_accuracy=None
+  )
+  first = protocol.train_arm(arm, config, log=lambda t: None, store=str(tmp_path))
+  entries = len(os.listdir(tmp_path))
+  assert entries >= 1
+
+  def refuse(*args, **kwargs):
+    raise AssertionError("trained again")
+
+  monkeypatch.setattr(sweep, "_train", refuse)
+  again = protocol.train_arm(arm, config, log=lambda t: None, store=str(tmp_path))
+  assert (again.selected, again.budget, again.history) == (
+    first.selected,
+    first.budget,
+    first.history,
+  )
+  assert again.runs == first.runs
+  assert len(os.listdir(tmp_path)) == entries
 
 
 def test_selection_reads_only_the_exploratory_seeds(fake_sweep):

@@ -1,0 +1,180 @@
+"""A directory of finished sweeps, so that a long run stopped or crashed part-way resumes.
+
+`sweep.train(config, replicas, store=DIR)` looks here first: a sweep already trained with
+the same inputs is read back instead of trained again, and a sweep that finishes is written
+here before `train` returns. Nothing else changes: the result read back is the one that was
+written (runs, trained params, chance, timings), with the config resolved afresh.
+
+The key of a sweep is a hash of everything its numbers depend on:
+  - the resolved training config (model sized from the task) and the replicas;
+  - the prepared datasets' identities (their directory names hash the task spec and, for
+    text, the files' paths, sizes and mtimes: jaxformer.data.dataset);
+  - the source of the jaxformer package (every .py file), jax's version, the backend and
+    the device count: a change to the library's code is a new key, never a stale hit.
+
+Each entry is a directory `<key>/` holding `sweep.json` (runs and scalars) and
+`params.npz` (each trained leaf stacked over replicas, saved and loaded without pickle),
+written under a temporary name and renamed when complete, so a crash mid-write leaves no
+entry. A sweep that cannot be stored (params whose leaves are not plain numeric arrays, a
+full disk) is still returned, and `sweep.train` logs why it was not stored; it trains again
+on resume.
+"""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import jax
+import numpy as np
+
+FORMAT = 1
+_PARAMS = "params.npz"
+_META = "sweep.json"
+
+
+@functools.cache
+def library_fingerprint():
+  """sha256 over the jaxformer package's .py files (relative path and bytes, sorted)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  h = hashlib.sha256()
+  for dirpath, dirnames, filenames in os.walk(root):
+    dirnames.sort()
+    for name in sorted(filenames):
+      if name.endswith(".py"):
+        path = os.path.join(dirpath, name)
+        h.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as f:
+          h.update(f.read())
+        h.update(b"\0")
+  return h.hexdigest()
+
+
+def key(config, replicas, datasets, keep_params=True):
+  """The hex key of a sweep: `config` resolved, `replicas` (sweep.Replica), `datasets` the
+  prepared splits it reads, whether its params are kept; None when a dataset has no prepared
+  directory (not storable)."""
+  if any(not ds.path for ds in datasets):
+    return None
+  identity = {
+    "format": FORMAT,
+    "config": json.loads(config.to_json_best_effort(sort_keys=True)),
+    "replicas": [dataclasses.astuple(r) for r in replicas],
+    "keep_params": bool(keep_params),
+    "datasets": [[os.path.basename(os.path.normpath(ds.path)), ds.split] for ds in datasets],
+    "library": library_fingerprint(),
+    "jax": jax.__version__,
+    "backend": jax.default_backend(),
+    "devices": jax.device_count(),
+  }
+  text = json.dumps(identity, sort_keys=True, default=repr)
+  return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _flatten(params):
+  """{'a/b/c': array} of a nested dict of arrays, or None when it is not one."""
+  out = {}
+
+  def walk(node, prefix):
+    if isinstance(node, dict):
+      for k, v in node.items():
+        if not isinstance(k, str) or "/" in k:
+          return False
+        if not walk(v, f"{prefix}{k}/"):
+          return False
+      return True
+    array = np.asarray(node)
+    if array.dtype.kind not in "biuf" or array.dtype.type.__module__ != "numpy":
+      return False
+    out[prefix[:-1]] = array
+    return True
+
+  return out if isinstance(params, dict) and walk(params, "") else None
+
+
+def _unflatten(flat):
+  tree = {}
+  for path, value in flat.items():
+    node = tree
+    *parents, leaf = path.split("/")
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[leaf] = value
+  return tree
+
+
+def load(directory, key_):
+  """The stored entry's fields for SweepResult (all but config), or None if absent."""
+  entry = os.path.join(directory, key_)
+  if not os.path.isfile(os.path.join(entry, _META)):
+    return None
+  from jaxformer.train import sweep  # sweep imports this module
+
+  with open(os.path.join(entry, _META)) as f:
+    meta = json.load(f)
+  params = None
+  if meta["has_params"]:
+    with np.load(os.path.join(entry, _PARAMS), allow_pickle=False) as z:
+      params = _unflatten({k: z[k] for k in z.files})
+  runs = [
+    sweep.Run(
+      r["seed"],
+      r["learning_rate"],
+      r["weight_decay"],
+      r["losses"],
+      [tuple(e) for e in r["evals"]],
+      r["final_step"],
+      r["stop_reason"],
+    )
+    for r in meta["runs"]
+  ]
+  return {
+    "runs": runs,
+    "params": params,
+    "chance": meta["chance"],
+    "chance_rule": meta["chance_rule"],
+    "compile_seconds": meta["compile_seconds"],
+    "train_seconds": meta["train_seconds"],
+    "steps": meta["steps"],
+  }
+
+
+def save(directory, key_, result):
+  """Writes `result` (a SweepResult) as entry `key_`. Returns None when written, else why not
+  (params that cannot be stored without pickle, an OSError): nothing is left behind then."""
+  flat = None
+  if result.params is not None:
+    flat = _flatten(jax.tree.map(np.asarray, result.params))
+    if flat is None:
+      return "its params are not plain numeric arrays"
+  meta = {
+    "format": FORMAT,
+    "runs": [dataclasses.asdict(r) for r in result.runs],
+    "has_params": flat is not None,
+    "chance": result.chance,
+    "chance_rule": result.chance_rule,
+    "compile_seconds": result.compile_seconds,
+    "train_seconds": result.train_seconds,
+    "steps": result.steps,
+  }
+  final = os.path.join(directory, key_)
+  if os.path.isdir(final):
+    return None
+  scratch = None
+  try:
+    os.makedirs(directory, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f".{key_}.", dir=directory)
+    if flat is not None:
+      np.savez(os.path.join(scratch, _PARAMS), **flat)
+    with open(os.path.join(scratch, _META), "w") as f:
+      json.dump(meta, f)
+    os.rename(scratch, final)
+  except OSError as e:
+    return f"{type(e).__name__}: {e}"
+  finally:
+    if scratch is not None and os.path.isdir(scratch):
+      shutil.rmtree(scratch, ignore_errors=True)
+  return None

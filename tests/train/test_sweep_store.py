@@ -1,0 +1,85 @@
+"""jaxformer.train.sweep_store: a finished sweep is read back, not trained again, and a
+crash while writing one leaves no entry."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from jaxformer import data
+from jaxformer.train import program, sweep, sweep_store
+from tests.train.test_sweep import REPLICAS, _config
+
+
+def _refuse(*args, **kwargs):
+  raise AssertionError("trained again: the stored sweep was not read back")
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+  directory = str(tmp_path_factory.mktemp("sweeps"))
+  return directory, sweep.train(_config(), REPLICAS, store=directory)
+
+
+def test_a_stored_sweep_is_read_back_equal_without_training(stored, monkeypatch):
+  directory, first = stored
+  assert len(os.listdir(directory)) == 1
+  monkeypatch.setattr(sweep, "_train", _refuse)
+  lines = []
+  again = sweep.train(_config(), REPLICAS, store=directory, log=lines.append)
+  assert any("read back" in line for line in lines)
+  assert again.runs == first.runs  # losses, evals, steps and stop reasons, exactly
+  assert (again.chance, again.steps, again.compile_seconds) == (
+    first.chance,
+    first.steps,
+    first.compile_seconds,
+  )
+  assert jax.tree.structure(again.params) == jax.tree.structure(first.params)
+  for a, b in zip(jax.tree.leaves(again.params), jax.tree.leaves(first.params), strict=True):
+    assert a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+  assert again.config.model.vocab_size == first.config.model.vocab_size == 16
+
+
+def _key(config, replicas=REPLICAS, keep_params=True):
+  datasets = [data.get_dataset(config.task, split) for split in ("train", "test")]
+  return sweep_store.key(program.resolve(config, datasets[0]), replicas, datasets, keep_params)
+
+
+@pytest.mark.parametrize(
+  "config, replicas, keep_params",
+  [
+    (_config(), REPLICAS[:2], True),  # other replicas
+    (_config(learning_rate=5e-3), REPLICAS, True),  # another config field
+    (_config(task=_config().task.replace("num_examples=256", "num_examples=128")), REPLICAS, True),
+    (_config(), REPLICAS, False),  # params not kept
+  ],
+)
+def test_any_other_input_is_another_key(config, replicas, keep_params):
+  assert _key(config, replicas, keep_params) != _key(_config())
+  assert _key(_config()) == _key(_config())
+
+
+def test_the_key_changes_with_the_library_source(monkeypatch):
+  before = _key(_config())
+  monkeypatch.setattr(sweep_store, "library_fingerprint", lambda: "another source")
+  assert _key(_config()) != before
+
+
+def test_a_failed_write_leaves_no_entry_and_loses_no_result(tmp_path, monkeypatch):
+  def crash(*args, **kwargs):
+    raise OSError("disk full")
+
+  monkeypatch.setattr(np, "savez", crash)
+  lines = []
+  result = sweep.train(_config(), REPLICAS[:1], store=str(tmp_path), log=lines.append)
+  assert len(result.runs) == 1  # the trained sweep is still returned
+  assert any("not stored" in line and "disk full" in line for line in lines)
+  assert os.listdir(tmp_path) == []  # neither an entry nor its temporary directory
+
+
+def test_params_that_are_not_plain_arrays_are_not_stored(tmp_path):
+  result = sweep.SweepResult(None, [], {"w": np.zeros(2, jax.numpy.bfloat16)}, 0.5, "", 0, 0, 0)
+  assert "not plain numeric arrays" in sweep_store.save(str(tmp_path), "k", result)
+  assert os.listdir(tmp_path) == []
