@@ -173,6 +173,8 @@ def save(directory, key_, result):
       json.dump(meta, f)
     os.rename(scratch, final)
   except OSError as e:
+    if os.path.isfile(os.path.join(final, _META)):  # another process stored the same sweep
+      return None
     return f"{type(e).__name__}: {e}"
   finally:
     if scratch is not None and os.path.isdir(scratch):
