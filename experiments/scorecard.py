@@ -111,7 +111,11 @@ def get_config(size="quick"):
   # Batch 64: the reference learned recall K=4, noisy recall and selective copy (L = 32) in
   # 200-350 steps, where batch 32 left it at 0.80 / 0.72 after 400 (sizing runs, seed 0-2).
   c.batch_size = 64
-  c.total_steps = 500  # upper bound per arm; early stop at early_stop_accuracy
+  c.total_steps = 500  # the first budget per arm; early stop at early_stop_accuracy
+  # The protocol's budget rule (experiments/protocol.py): an arm still learning over the last
+  # half of its budget trains again at twice the steps, up to step_cap, so that the reference
+  # (and every mixer) is read at its plateau; one still learning at the cap is reported so.
+  c.step_cap = 1000
   c.warmup_steps = 30
   c.eval_every = 50
   c.early_stop_accuracy = 0.98
@@ -130,6 +134,7 @@ def get_config(size="quick"):
     c.recall, c.noisy, c.selective_copy, c.needle = ((2, 16),), (2, 16), (4, 16, 8), (16, (2, 8))
     c.seeds, c.learning_rates = (0, 1), (3e-3,)
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 8, 2, 2, 1
+    c.step_cap = 2
     c.num_examples, c.num_test_examples = 64, 32
     c.depth_lengths, c.state_lengths, c.cost_lengths, c.repeats = (16, 64), (16, 64), (), 1
   elif size == "full":
@@ -139,6 +144,7 @@ def get_config(size="quick"):
     c.noisy, c.selective_copy, c.needle = (8, 64), (8, 64, 16), (64, (4, 12, 48))
     c.learning_rates = protocol.FULL_LEARNING_RATES
     c.batch_size, c.total_steps, c.eval_every = 64, 2000, 250
+    c.step_cap = 4000
     c.depth_lengths = (32, 128, 512, 1024, 4096)
     c.state_lengths = (64, 512, 4096, 16384)
     c.cost_lengths = (128, 512, 2048)
@@ -148,6 +154,7 @@ def get_config(size="quick"):
     c.noisy, c.selective_copy, c.needle = (16, 256), (16, 256, 16), (256, (4, 12, 240))
     c.learning_rates = sizes.ACCEL_LEARNING_RATES
     c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
+    c.step_cap = 40_000
     c.num_examples, c.num_test_examples = 100_000, 2000
     c.depth_lengths = (64, 512, 4096, 16384)
     c.state_lengths = (256, 4096, 16384, 65536)
@@ -373,17 +380,26 @@ def measure_programs(config, cands, log=print):
 # --- marks: does a mixer reach the reference's level? --------------------------------------
 
 
+def finished(metrics, r, setting):
+  """Every seed of row r on `setting` finished learning (the protocol's plateau rule)."""
+  return all(s in protocol.FINISHED for s in metrics["plateau"][r][setting])
+
+
 def controls(metrics, config):
-  """Per trained setting: the reference learned it (else its column is inconclusive)."""
+  """Per trained setting: the reference learned it, and finished learning (else its column is
+  inconclusive)."""
   out = {}
   for width in config.widths:
     ref = row(mixers.REFERENCE, width, config)
     for setting in tasks(config):
-      out[(width, setting)] = report.every_seed(
+      c = report.every_seed(
         f"the reference ({ref}) learns {setting}: accuracy >= {REFERENCE_LEARNS}",
         metrics["accuracy"][ref][setting],
         lambda a: a >= REFERENCE_LEARNS,
       )
+      if not finished(metrics, ref, setting):
+        c.unresolved(f"still learning at {metrics['budget'][ref][setting]} steps")
+      out[(width, setting)] = c
   return out
 
 
@@ -401,10 +417,12 @@ def marks(metrics, config):
         acc = metrics["accuracy"][r][setting]
         diff = [a - b for a, b in zip(acc, metrics["accuracy"][ref][setting], strict=True)]
         crit = report.mean_above(f"{r} vs {ref} on {setting}", diff, -ACCURACY_MARGIN)
-        reaches = None if not control[(width, setting)].passed else crit.passed
+        done = finished(metrics, r, setting)
+        reaches = crit.passed if control[(width, setting)].passed and done else None
         cells[setting] = {
           "value": protocol.mean(acc),
           "per_seed": acc,
+          "finished": done,
           "reaches": True if r == ref else reaches,
           "rule": crit.rule + f" (paired difference with {ref})",
           "ci95": crit.values["ci95"],
@@ -472,7 +490,9 @@ def table(metrics, config, card):
     out = {"mixer": r, "params": metrics["params"].get(name, "")}
     for setting in tasks(config):
       c = cells[setting]
-      out[setting] = f"{c['value']:.2f} {_mark(c['reaches'])}"
+      out[setting] = f"{c['value']:.2f} {_mark(c['reaches'])}" + (
+        "" if c["finished"] else " (learning)"
+      )
     if f" D={widest}" in r or len(config.widths) == 1:
       d = cells["depth slope"]
       depth = metrics["depth"][name]
@@ -671,6 +691,13 @@ def published_orderings(metrics, config, ctl):
   learned = {s: c for (w, s), c in ctl.items() if w == widest}
   ref = mixers.REFERENCE
   checks = orderings.check(view, mixers.STATE_SWEEPS, ref, FIXED_STATE_SLOPE, learned)
+  for readings in checks.values():  # the protocol's plateau rule: a row still learning
+    for c in readings:
+      for name, setting in c.reads:
+        if not finished(metrics, row(name, widest, config), setting):
+          budget = metrics["budget"][row(name, widest, config)][setting]
+          c.unresolved(f"still learning at {budget} steps: {name} @ {setting}")
+          break
   return {
     name: {"verdict": orderings.verdict(readings), "readings": readings}
     for name, readings in checks.items()

@@ -22,13 +22,21 @@ def _config():
   return c
 
 
-def _metrics(config, acc=None, depth_slope=0.0, state=1000.0, seconds=1.0, memory=100.0):
+def _metrics(
+  config, acc=None, depth_slope=0.0, state=1000.0, seconds=1.0, memory=100.0, learning=()
+):
   """Every mixer at the reference's numbers unless `acc` (name, setting) -> accuracy and the
-  gated mixer's depth slope, state bytes, seconds and memory say otherwise."""
+  gated mixer's depth slope, state bytes, seconds and memory say otherwise; the (name,
+  setting) pairs in `learning` were still learning at their budget, the others flat."""
   names = [REF, "gated"]
   m = {"mixers": {n: {} for n in names}, "accuracy": {}, "params": {n: 10 for n in names}}
+  m["plateau"], m["budget"] = {}, {}
   for n in names:
     m["accuracy"][n] = {s: [acc(n, s) if acc else 0.95] * SEEDS for s in scorecard.tasks(config)}
+    m["plateau"][n] = {
+      s: ["learning" if (n, s) in learning else "flat"] * SEEDS for s in scorecard.tasks(config)
+    }
+    m["budget"][n] = {s: config.step_cap for s in scorecard.tasks(config)}
   m["depth"] = {REF: {"L": [32, 4096], "depth": [400, 400], "slope": 0.0}}
   m["depth"]["gated"] = {"L": [32, 4096], "depth": [500, 900], "slope": depth_slope}
   m["state_bytes"] = {REF: {"L": [512, 4096], "bytes": [125.0, 1000.0], "slope": 1.0}}
@@ -71,6 +79,28 @@ def test_a_column_whose_reference_did_not_learn_is_inconclusive(reference, reach
   assert scorecard.marks(metrics, config)[REF][setting]["reaches"] is True  # by definition
   control = scorecard.controls(metrics, config)[(32, setting)]
   assert control.passed is (reference >= scorecard.REFERENCE_LEARNS)
+
+
+@pytest.mark.parametrize("who", [REF, "gated"])
+def test_a_row_still_learning_at_its_cap_is_inconclusive(who):
+  config = _config()
+  setting = "recall K=8 L=32"
+
+  def acc(name, s):
+    return 0.5 if (name, s) == ("gated", setting) else 0.95  # gated: clearly below
+
+  done = _metrics(config, acc)
+  assert _reaches(config, done, setting) is False
+  learning = _metrics(config, acc, learning=[(who, setting)])
+  assert _reaches(config, learning, setting) is None  # '?': not read before its plateau
+  assert _reaches(config, learning, "needle d=4 L=32") is True  # the other columns stand
+  control = scorecard.controls(learning, config)[(32, setting)]
+  assert control.passed is (who != REF)
+  if who == REF:
+    assert control.note == f"still learning at {config.step_cap} steps"
+  rows = scorecard.table(learning, config, scorecard.marks(learning, config))
+  gated = next(r for r in rows if r["mixer"] == "gated")
+  assert gated[setting] == ("0.50 ? (learning)" if who == "gated" else "0.50 ?")
 
 
 @pytest.mark.parametrize(
