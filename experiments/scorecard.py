@@ -56,11 +56,12 @@ time and memory vs L.
   state             decode-state bytes at the largest L <= the reference's
   time, memory      at the largest L <= COST_FACTOR x the reference's
 Sizes: tiny (the tests: seconds), quick (every built-in at D = 32, V = 32, every task at
-L = 32, 3 seeds; measured within 15 minutes on 2 CPU cores with the first five built-ins,
-not yet with the seven successors), full (widths D in {16, 32, 64}: the
-recall-vs-state plot gets a curve per mixer; L up to 64, the two learning rates of
-protocol.FULL_LEARNING_RATES), accel (Zoology's V = 8192 setting, L up to 256 trained and
-16384 for the costs).
+L = 32, 3 seeds, 500 steps growing to at most 1,000 while still learning), full (widths D in
+{16, 32, 64}: the recall-vs-state plot gets a curve per mixer; L up to 64, the four learning
+rates of protocol.FULL_LEARNING_RATES, 2,000 steps growing to at most 4,000), accel (Zoology's
+V = 8192 setting, L up to 256 trained and 16384 for the costs). Each arm follows the
+protocol's plateau rule: a row still learning at its cap is marked '(learning)' and read as
+'?'.
 Measured numbers: docs/experiments.md.
 """
 
