@@ -20,7 +20,6 @@ exits 2 before anything is measured; `--debug` shows the traceback instead.
 import ast
 import inspect
 import json
-import os
 import sys
 
 from experiments import cli
@@ -140,23 +139,12 @@ def main(argv=None):
   except cli.UsageError as e:
     cli.fail(str(e), USAGE, values.debug)
   if values["cpu-devices"].value:
-    cpu_devices(values["cpu-devices"].value)
+    cli.cpu_devices(values["cpu-devices"].value, "--cpu-devices")
   compile_cache.enable()
   try:
     _run(rest[0], values, overrides)
   except (BenchError, ladder.ConfigError) as e:
     cli.fail(cli.first_line(e), USAGE, values.debug)
-
-
-def cpu_devices(count):
-  """XLA flags for `count` CPU devices; must run before jax starts its backend (nothing has
-  been computed yet when main() parses its flags). They share the machine's cores."""
-  if count < 1:
-    cli.usage_error(f"--cpu-devices={count}: expected a positive integer")
-  if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-    cli.usage_error("--cpu-devices: XLA_FLAGS already sets a device count")
-  flags = os.environ.get("XLA_FLAGS", "")
-  os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
 
 
 def _run(suite, values, overrides):

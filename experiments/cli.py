@@ -136,6 +136,21 @@ def usage_error(message):
   sys.exit(USAGE)
 
 
+DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
+
+
+def cpu_devices(count, flag):
+  """XLA flags for `count` CPU devices (`flag`: the option that asked, for its error); must
+  run before jax starts its backend (nothing has been computed yet when a main() parses its
+  flags). They share the machine's cores."""
+  if count < 1:
+    usage_error(f"{flag}={count}: expected a positive integer")
+  if DEVICE_COUNT_FLAG in os.environ.get("XLA_FLAGS", ""):
+    usage_error(f"{flag}: XLA_FLAGS already sets a device count")
+  xla = os.environ.get("XLA_FLAGS", "")
+  os.environ["XLA_FLAGS"] = f"{xla} --{DEVICE_COUNT_FLAG}={count}".strip()
+
+
 def pre_parse(argv, name, default, choices):
   """The value of flag --name in argv before the full parse (the size, which decides a config
   flag's defaults); `default` when absent or not one of `choices` (the full parse then

@@ -3,6 +3,7 @@
 import gzip
 import io
 import json
+import os
 import types
 
 import pytest
@@ -147,3 +148,28 @@ def test_two_experiments_in_two_worker_processes(tmp_path, capfd):
   assert 0 < results[0].cpu_seconds  # the worker's own CPU time, every thread
   assert results[1].crashed and "No module named" in results[1].metrics["error"]
   assert "fixed_memory| declared stub measured" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize(
+  "flags, cores, jobs, count, set_",
+  [
+    ("", 2, 1, 0, "--xla_force_host_platform_device_count=2"),  # a full run alone: both cores
+    ("", 2, 2, 0, ""),  # make run: two experiments, one device each (left unset)
+    ("", 16, 2, 0, "--xla_force_host_platform_device_count=8"),
+    ("", 2, 1, 3, "--xla_force_host_platform_device_count=3"),  # asked for
+    ("--xla_force_host_platform_device_count=8", 2, 1, 0, None),  # the tests' 8: left alone
+  ],
+)
+def test_cpu_devices_share_the_cores_among_the_jobs(monkeypatch, flags, cores, jobs, count, set_):
+  monkeypatch.setenv("XLA_FLAGS", flags)
+  monkeypatch.setattr(run_all, "host_cores", lambda: cores)
+  run_all.lay_over_cores(count, jobs)
+  assert os.environ["XLA_FLAGS"] == (flags if set_ is None else set_)
+
+
+def test_cpu_devices_asked_for_over_a_set_count_is_a_usage_error(monkeypatch, capsys):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+  with pytest.raises(SystemExit) as e:
+    run_all.lay_over_cores(2, 1)
+  assert e.value.code == 2
+  assert "--cpu_devices: XLA_FLAGS already sets a device count" in capsys.readouterr().err
