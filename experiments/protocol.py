@@ -730,6 +730,8 @@ def train_arm(arm, config, log=print, store=None):
       )
       for lr in todo:
         done[(lr, budget)] = result
+      if result.read_back:
+        history.append({"what": f"{budget} steps at {todo}: read back from the workdir's sweeps/"})
     results = list({id(done[(lr, budget)]): done[(lr, budget)] for lr in lrs}.values())
     runs = [r for res in results for r in res.runs]
     selected = select([r for r in runs if not explore or r.seed in explore])

@@ -106,6 +106,7 @@ class SweepResult:
   compile_seconds: float
   train_seconds: float
   steps: int  # program steps run (the longest replica)
+  read_back: bool = False  # read from a store (sweep_store), not trained by this call
 
   def replica_params(self, i):
     return jax.tree.map(lambda x: x[i], self.params)
@@ -504,7 +505,7 @@ def train(config, replicas, *, log=None, keep_params=True, store=None):
   stored = sweep_store.load(store, entry) if entry else None
   if stored is not None:
     log(f"read back from {os.path.join(store, entry)} (trained before with the same inputs)")
-    return SweepResult(config=config, **stored)
+    return SweepResult(config=config, read_back=True, **stored)
   result = _train(config, replicas, train_ds, test_ds, log, keep_params)
   if entry:
     why = sweep_store.save(store, entry, result)
