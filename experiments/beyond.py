@@ -76,7 +76,7 @@ RECALLS = 0.9  # accuracy counted as recall
 AT_CHANCE = 0.1  # chance-adjusted accuracy counted as chance
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 2
+VERSION = 3  # v3: full in two stages, the confirmatory seeds at the selected point only
 SPECS = (
   protocol.Spec(
     "full_recalls",
@@ -198,6 +198,7 @@ def get_config(size="quick"):
     c.needle_steps, c.total_steps, c.num_examples = 500, 1000, 20_000
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
     c.step_cap, c.lr_cap = 1000, sizes.FULL_LR_CAP
+    c.confirm_at_selected = True  # v3: two stages (protocol.confirms_at_selected)
   elif size == "accel":
     c.kernels = (*KERNELS, "dot_product", "block_sparse")
     c.lengths = (2048, 4096, 8192, 16384, 32768)

@@ -53,7 +53,7 @@ CLAIM = (
 
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3
+VERSION = 4  # v4: full in two stages, the confirmatory seeds at the selected point only
 _REACH = f"reaches {capacity.REACHES} adjusted (mean over seeds)"
 SPECS = (
   tuple(
@@ -124,7 +124,7 @@ def get_config(size="quick"):
     law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
     law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    sizes.full(c, total_steps=3000, eval_every=100, warmup_steps=100)
+    sizes.full(c, total_steps=3000, eval_every=100, warmup_steps=100, confirm_at_selected=True)
   elif size == "accel":  # Zoology's Figure 2 scale
     law.vocab_size, law.seq_len, law.width, law.pairs = 8192, 256, 128, (4, 8, 16, 32, 64)
     law.knobs = {

@@ -63,8 +63,9 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 5  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 6  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
+# v6: full in two stages, the confirmatory seeds at the selected point only
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -126,7 +127,7 @@ def get_config(size="quick"):
   elif size == "full":
     # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
     c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 4, 8, 16), 32, 8
-    sizes.full(c, total_steps=1000, eval_every=100)
+    sizes.full(c, total_steps=1000, eval_every=100, confirm_at_selected=True)
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8

@@ -92,9 +92,10 @@ PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 7  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
+VERSION = 8  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
 # v5: the parameter-matched arm (a') and the fixed-W2 falsification arm; v6: the full grid of four
 # rates; v7: the models take their vocabulary and length from the corpus when they run
+# v8: full in two stages, the confirmatory seeds at the selected point only
 SPECS = (
   protocol.Spec(
     "w2_models_learn",
@@ -207,7 +208,7 @@ def get_config(size="quick"):
     c.batch_size, c.fold_sequences, c.probe_sequences, c.top_k = 8, 16, 32, 4
   elif size == "full":
     c.widths = (64, 256)
-    sizes.full(c, total_steps=1500, fold_steps=500, eval_every=250)
+    sizes.full(c, total_steps=1500, fold_steps=500, eval_every=250, confirm_at_selected=True)
   elif size == "accel":
     c.seq_len, c.stride, c.d_model, c.num_heads, c.num_layers = 256, 64, 256, 4, 4
     c.widths, c.fold_steps, c.probe_sequences = (256, 1024), 2000, 4096

@@ -64,7 +64,7 @@ INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
 PROBE_EXAMPLES = 64
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3
+VERSION = 4  # v4: full in two stages, the confirmatory seeds at the selected point only
 SPECS = (
   protocol.Spec(
     "none_learns_which_tokens",
@@ -121,7 +121,7 @@ def get_config(size="quick"):
     sizes.tiny(c, learning_rates=(3e-3, 1e-2))
   elif size == "full":
     c.copy_lens, c.seq_len = (6, 10), 24
-    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100)
+    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100, confirm_at_selected=True)
   elif size == "accel":
     c.copy_lens, c.vocab_size, c.seq_len, c.d_model = (32,), 64, 128, 128
     sizes.accel(c, total_steps=8000, num_test_examples=1024)

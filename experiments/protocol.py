@@ -302,7 +302,15 @@ def budget_rule(config):
     "plateau_growth": float(config.get("plateau_growth", PLATEAU_GROWTH)),
     "step_cap": int(config.get("step_cap", config.get("total_steps", 0))),
     "lr_cap": [float(lo), float(hi)],
-  }
+  } | ({"confirm_at_selected": True} if confirms_at_selected(config) else {})
+
+
+def confirms_at_selected(config):
+  """The two-stage rule (a design's `confirm_at_selected`): the exploratory seeds train at
+  every point of the grid, and the confirmatory seeds only at the point they select (the
+  issue's "run once at the selected hyperparameters"; 13 replicas instead of 28 at full).
+  Without exploratory seeds there is nothing to select on first: one stage."""
+  return bool(config.get("confirm_at_selected", False)) and bool(seed_sets(config)[0])
 
 
 def design(module, size):
@@ -472,7 +480,8 @@ class ArmResult:
     """`key` of Run.final() per seed at the selected point (NaN per seed if none)."""
     runs = self.selected_runs()
     if not runs:
-      return [math.nan] * len({r.seed for r in self.runs})
+      seeds = self.seeds if self.seeds is not None else {r.seed for r in self.runs}
+      return [math.nan] * len(seeds)
     return [float(r.final()[key]) for r in runs]
 
   def adjusted(self):
@@ -706,7 +715,8 @@ def train_arm(arm, config, log=print, store=None):
   `store`: a directory of finished sweeps (jaxformer/train/sweep_store.py), so that a run
   stopped part-way resumes at its first unfinished sweep."""
   explore, confirm = seed_sets(config)
-  seeds = explore + confirm
+  two_stage = confirms_at_selected(config)
+  seeds = explore if two_stage else explore + confirm  # the seeds of every grid point
   rule = budget_rule(config)
   schedule = {f: config[f] for f in SCHEDULE if f in config} | arm.train
   budget = int(schedule["total_steps"])
@@ -716,22 +726,29 @@ def train_arm(arm, config, log=print, store=None):
   done = {}  # (learning_rate, budget) -> SweepResult
   history = []
   start = time.perf_counter()
+
+  def run(seed_list, rates, weight_decays):
+    tc = harness.train_config(
+      arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": budget})
+    )
+    result = sweep.train(
+      tc,
+      sweep.grid(seed_list, tuple(rates), tuple(weight_decays)),
+      log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}"),
+      store=store,
+    )
+    if result.read_back:
+      history.append(
+        {"what": f"{budget} steps at {list(rates)}: read back from the workdir's sweeps/"}
+      )
+    return result
+
   while True:
     todo = [lr for lr in lrs if (lr, budget) not in done]
     if todo:
-      tc = harness.train_config(
-        arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": budget})
-      )
-      result = sweep.train(
-        tc,
-        sweep.grid(seeds, tuple(todo), wds),
-        log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}"),
-        store=store,
-      )
+      result = run(seeds, todo, wds)
       for lr in todo:
         done[(lr, budget)] = result
-      if result.read_back:
-        history.append({"what": f"{budget} steps at {todo}: read back from the workdir's sweeps/"})
     results = list({id(done[(lr, budget)]): done[(lr, budget)] for lr in lrs}.values())
     runs = [r for res in results for r in res.runs]
     selected = select([r for r in runs if not explore or r.seed in explore])
@@ -751,6 +768,11 @@ def train_arm(arm, config, log=print, store=None):
         )
         lrs.append(new)
         continue
+    if two_stage and selected is not None:  # the second stage: the confirmatory seeds
+      key = ("confirmatory", selected, budget)
+      if key not in done:
+        done[key] = run(confirm, (selected[0],), (selected[1],))
+      results.append(done[key])
     arm_result = ArmResult(
       arm,
       results[0].config,
@@ -816,7 +838,13 @@ def setup_text(config, trained):
     f"Protocol: confirmatory seeds {list(confirm)} (the verdict), exploratory seeds "
     f"{list(explore)} (selection); learning rates {lrs} x weight decays "
     f"{list(config.weight_decays)}, selected per arm by mean validation accuracy of the "
-    f"exploratory seeds (first half of the held-out split), reported on the eval half; batch "
+    f"exploratory seeds (first half of the held-out split), reported on the eval half"
+    + (
+      " (two stages: the confirmatory seeds trained at the selected point only)"
+      if confirms_at_selected(config)
+      else ""
+    )
+    + f"; batch "
     f"{config.batch_size}, a budget of {config.total_steps} steps growing x"
     f"{rule['plateau_growth']:g} to at most {rule['step_cap']} until every replica plateaus "
     f"(early stop at validation accuracy {config.get('early_stop_accuracy')}, or a gain "
@@ -909,10 +937,17 @@ def run(module, config, workdir, size="", log=print):
       )
   per_rate = []
   rates = trained.learning_rates()
+  # two stages: only the exploratory seeds trained at every rate, so they are what each
+  # rate's verdict can read
+  rate_seeds, rate_view = (
+    ("exploratory", trained.view(explore))
+    if confirms_at_selected(config)
+    else ("confirmatory", view)
+  )
   if len(rates) > 1:
     for lr in rates:
       with tempfile.TemporaryDirectory() as scratch:
-        at = view.at_rate(lr)
+        at = rate_view.at_rate(lr)
         _, _, r_controls, r_criteria, r_falsif = _judge(module, config, at, scratch)
       for group in (r_controls, r_criteria, r_falsif):
         gate(group, trained.at_rate(lr), reg)
@@ -922,6 +957,7 @@ def run(module, config, workdir, size="", log=print):
       per_rate.append(
         {
           "learning_rate": lr,
+          "seeds": rate_seeds,
           "verdict": r.verdict,
           "criteria": {c.name or c.description: c.verdict for c in r_controls + r_criteria},
         }

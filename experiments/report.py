@@ -417,7 +417,8 @@ def section(result):
     ]
     lines += [_line(c) for c in result.exploratory]
   if result.per_rate:
-    lines += ["", "*The verdict at each learning rate of the grid* (confirmatory seeds):", ""]
+    seeds = result.per_rate[0].get("seeds", "confirmatory")
+    lines += ["", f"*The verdict at each learning rate of the grid* ({seeds} seeds):", ""]
     lines += [
       markdown_table(
         [

@@ -78,7 +78,8 @@ INFORMED = 0.8  # control: source_only's raw accuracy >= this x chance
 SOURCE_ONLY_TOLERANCE = 1e-5  # the check: source_only's receiver dependence is 0 up to this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
+VERSION = 4  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
+# v4: full in two stages, the confirmatory seeds at the selected point only
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -170,7 +171,7 @@ def get_config(size="quick"):
     sizes.tiny(c, d_model=16, learning_rates=(3e-3, 1e-2), probe_batch=8, far_offset=2)
   elif size == "full":
     c.tasks.induction = "induction:vocab_size=16,seq_len=16"
-    sizes.full(c, total_steps=1500, eval_every=100, warmup_steps=100)
+    sizes.full(c, total_steps=1500, eval_every=100, warmup_steps=100, confirm_at_selected=True)
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
       {

@@ -252,17 +252,25 @@ def test_plateau_status_reads_the_last_half_of_the_budget():
 @pytest.fixture
 def fake_sweep(monkeypatch):
   """sweep.train replaced by curves: `learns_by[model d_model][lr]` steps to 0.95 (a
-  model whose width is 8 never finishes within 1,000 steps at any rate); every call logged."""
-  calls = []
+  model whose width is 8 never finishes within 1,000 steps at any rate); every call logged
+  (width, budget, rates), and its seeds in `.seeds`."""
+
+  class Calls(list):
+    pass
+
+  calls = Calls()
 
   def train(config, replicas, log=None, store=None):
     budget, width = int(config.total_steps), int(config.model.d_model)
     calls.append((width, budget, sorted({r.learning_rate for r in replicas})))
+    seeds_of.append(sorted({r.seed for r in replicas}))
     learns_by = lambda lr: 2000 if width == 8 else 300 * 3e-3 / lr  # noqa: E731
     runs = [_run(r.seed, r.learning_rate, budget, learns_by(r.learning_rate)) for r in replicas]
     return sweep.SweepResult(config, runs, None, 0.25, "1/K", 0.0, 0.0, budget)
 
+  seeds_of = []
   monkeypatch.setattr(protocol.sweep, "train", train)
+  calls.seeds = seeds_of
   return calls
 
 
@@ -335,6 +343,31 @@ def test_an_arm_trained_again_with_its_store_reads_every_sweep_back(tmp_path, mo
   assert len(os.listdir(tmp_path)) == entries
 
 
+def test_two_stages_train_the_confirmatory_seeds_at_the_selected_point_only(fake_sweep):
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  config = _config(total_steps=200, step_cap=800, confirm_at_selected=True)
+  r = protocol.train_arm(arm, config, log=lambda t: None)
+  # 200 and 400 steps still climbing (0.95 at 300 at 3e-3), flat at 800: each budget trains
+  # the exploratory seed at both rates, then the confirmatory ones at the one it selected
+  assert list(fake_sweep) == [
+    (64, 200, [1e-3, 3e-3]),
+    (64, 200, [3e-3]),
+    (64, 400, [1e-3, 3e-3]),
+    (64, 400, [3e-3]),
+    (64, 800, [1e-3, 3e-3]),
+    (64, 800, [3e-3]),
+  ]
+  assert fake_sweep.seeds == [[100], [0, 1, 2]] * 3
+  assert r.selected == (3e-3, 0.1) and r.budget == 800 and r.plateaued()
+  assert sorted(x.seed for x in r.selected_runs()) == [0, 1, 2, 100]
+  confirm = r.view((0, 1, 2))
+  assert len(confirm.per_seed("eval_accuracy")) == 3
+  assert {x.learning_rate for x in confirm.runs} == {3e-3}
+  assert [x.learning_rate for x in r.view((100,)).at_rate(1e-3).selected_runs()] == [1e-3]
+  assert protocol.budget_rule(config)["confirm_at_selected"] is True
+  assert "confirm_at_selected" not in protocol.budget_rule(_config())  # old designs' hashes
+
+
 def test_selection_reads_only_the_exploratory_seeds(fake_sweep):
   arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
   r = protocol.train_arm(arm, _config(total_steps=200), log=lambda t: None)
@@ -369,6 +402,24 @@ def test_run_records_design_commit_plateau_per_rate_and_falsification(fake_sweep
   json.dumps(data)  # serialisable as is
   text = open(report.write([result], str(tmp_path))).read()
   assert "**Plateau**" in text and "**Falsification**" in text and "**Checks**" in text
+
+
+def test_two_stages_judge_each_rate_on_the_exploratory_seeds(fake_sweep, tmp_path):
+  module = _module(total_steps=400, step_cap=800, confirm_at_selected=True)
+  result = protocol.run(
+    module, module.get_config("quick"), str(tmp_path), "quick", log=lambda t: None
+  )
+  data = result.to_json()
+  assert [c["verdict"] for c in data["criteria"]] == [report.SUPPORTED]  # seeds 0, 1, 2
+  assert [(r["learning_rate"], r["seeds"]) for r in data["per_rate"]] == [
+    (1e-3, "exploratory"),
+    (3e-3, "exploratory"),
+  ]
+  confirmatory = {(r["learning_rate"], r["seed"]) for r in data["runs"] if r["model"] == "model"}
+  assert {lr for lr, seed in confirmatory if seed != 100} == {3e-3}  # the selected rate only
+  assert "two stages" in result.setup
+  text = open(report.write([result], str(tmp_path))).read()
+  assert "(exploratory seeds)" in text
 
 
 def test_run_refuses_a_criterion_its_design_does_not_register(fake_sweep, tmp_path):
