@@ -34,9 +34,10 @@ by (a) in place of the raw sum: it must be REFUTED (else the criterion cannot te
 Sizes: quick (`make run`): D=64, 1 head (r = 64), 2 layers, MQAR V=16 K=4, no layer norm:
 none and softmax at L in {16, 64} (the raw sum for claims (a) and (b), the softmax also at 16
 for the falsification arm), 3+1 seeds at lr 3e-3, up to 300 steps; no tau sweep (each tau is a
-compiled program of its own). full: LN none and pre, none and softmax at L in {16, 64, 256},
-and the tau sweep at r in {8, 32, 128},
-L=64; 3+1 seeds at lr 3e-3 (a second learning rate would double the replicas of the L=256 arms).
+compiled program of its own). full: LN none and pre, none and softmax at L in {16, 64, 128},
+and the tau sweep at r in {8, 32, 128}, L=64; the four rates of protocol.FULL_LEARNING_RATES in
+two stages (2 exploratory seeds at every rate, 5 confirmatory at the selected one), up to 600
+steps.
 accel: L up to 2048 and 4 learning rates. Measured numbers: docs/experiments.md.
 """
 
@@ -68,7 +69,8 @@ TAU_MATTERS = 0.1  # control: best - worst tau at some rank >= this, every seed
 TAU_TOLERANCE = 0.05  # (c) adjusted(sqrt r) >= adjusted(best tau) - this, every rank and seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3  # v2: the trained falsification arm; v3: the accel batch 64
+VERSION = 4  # v2: the trained falsification arm; v3: the accel batch 64; v4: full at four
+# rates in two stages, L up to 128
 SPECS = (
   protocol.Spec(
     "softmax_learns_long",
@@ -141,11 +143,11 @@ def get_config(size="quick"):
     c.tau_ranks, c.tau_factors, c.tau_length = (4,), (1.0, 4.0), 8
     sizes.tiny(c)
   elif size == "full":
-    # L=512 is the accel size's: one step of 3 replicas at L=512, B=32 took 1.6 cpu-s here
-    # (L=256: 0.29), so the grid stops at 256 and keeps one learning rate, like quick.
-    c.norms, c.lengths = ("none", "pre"), (16, 64, 256)
+    # v4: the protocol's four rates in two stages, L up to 128 (v3: one rate, L up to 256,
+    # whose arms took 12-17 min each at that one rate; the raw sum's L still grows 8x)
+    c.norms, c.lengths = ("none", "pre"), (16, 64, 128)
     c.tau_ranks = (8, 32, 128)
-    c.step_cap = 600
+    sizes.full(c, step_cap=600, confirm_at_selected=True)
   elif size == "accel":
     c.vocab_size, c.d_model, c.num_heads = 256, 128, 2
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")

@@ -79,7 +79,7 @@ def test_the_arms_are_the_grid_the_claims_need():
   taus = {a.model: a.fields["temperature"] for a in full if a.model.startswith("softmax r=")}
   assert taus["softmax r=8 tau=1sqrt(r)"] is None  # the rung's own default, sqrt(r)
   assert taus["softmax r=32 tau=4sqrt(r)"] == 4 * math.sqrt(32)
-  bare = next(a for a in full if a.setting == "LN=none L=256")
+  bare = next(a for a in full if a.setting == "LN=none L=128")
   assert bare.fields["norm"] == "none" and bare.fields["final_norm"] is False
 
 
