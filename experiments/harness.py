@@ -77,6 +77,11 @@ def model_fields(config, **fields):
   return shared | fields
 
 
+# Model fields of an arm on a text corpus: None lets the loop size the model from the corpus
+# (program.resolve), so a design does not depend on which characters the corpus holds today.
+SIZED_BY_CORPUS = {"vocab_size": None, "max_len": None}
+
+
 def text_task(corpus, seq_len, stride):
   """The char-level text spec of `corpus` (a glob relative to the repository root): windows of
   seq_len characters every `stride`."""

@@ -208,9 +208,7 @@ def arms(config):
   for name, (where, h, r, rv) in reported_models(config).items():
     fields = {"num_heads": h, "rank": r}
     if where == TEXT:
-      # None: the loop sizes the model from the corpus (program.resolve), so the design does
-      # not depend on which characters the corpus holds today
-      fields |= {"vocab_size": None, "max_len": None}
+      fields |= harness.SIZED_BY_CORPUS
     else:
       fields["value_rank"] = rv
     arm_task = text if where == TEXT else task

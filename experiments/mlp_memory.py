@@ -267,10 +267,7 @@ def fields(config, width, w2=True, skip="single", norm="pre", trained=True):
   return (
     harness.model_fields(
       config,
-      # None: the loop sizes the model from the corpus (program.resolve), so the design does
-      # not depend on which characters the corpus holds today
-      vocab_size=None,
-      max_len=None,
+      **harness.SIZED_BY_CORPUS,
       num_heads=config.num_heads,
       d_ff=width,
       mlp_w2=w2,

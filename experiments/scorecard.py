@@ -695,9 +695,11 @@ def published_orderings(metrics, config, ctl):
   for readings in checks.values():  # the protocol's plateau rule: a row still learning
     for c in readings:
       for name, setting in c.reads:
-        if not finished(metrics, row(name, widest, config), setting):
-          budget = metrics["budget"][row(name, widest, config)][setting]
-          c.unresolved(f"still learning at {budget} steps: {name} @ {setting}")
+        r = row(name, widest, config)
+        if not finished(metrics, r, setting):
+          c.unresolved(
+            f"still learning at {metrics['budget'][r][setting]} steps: {name} @ {setting}"
+          )
           break
   return {
     name: {"verdict": orderings.verdict(readings), "readings": readings}

@@ -505,7 +505,8 @@ def train(config, replicas, *, log=None, keep_params=True, store=None):
   stored = sweep_store.load(store, entry) if entry else None
   if stored is not None:
     log(f"read back from {os.path.join(store, entry)} (trained before with the same inputs)")
-    return SweepResult(config=config, read_back=True, **stored)
+    runs = [Run(**r) for r in stored.pop("runs")]
+    return SweepResult(config=config, runs=runs, read_back=True, **stored)
   result = _train(config, replicas, train_ds, test_ds, log, keep_params)
   if entry:
     why = sweep_store.save(store, entry, result)

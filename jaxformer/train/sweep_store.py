@@ -34,6 +34,8 @@ import numpy as np
 FORMAT = 1
 _PARAMS = "params.npz"
 _META = "sweep.json"
+# SweepResult's fields kept as they are in sweep.json (beside its runs and params)
+_SCALARS = ("chance", "chance_rule", "compile_seconds", "train_seconds", "steps")
 
 
 @functools.cache
@@ -107,39 +109,19 @@ def _unflatten(flat):
 
 
 def load(directory, key_):
-  """The stored entry's fields for SweepResult (all but config), or None if absent."""
+  """The stored entry's fields for SweepResult but config, with each run as the dict of its
+  fields (sweep.Run(**run)), or None if absent."""
   entry = os.path.join(directory, key_)
   if not os.path.isfile(os.path.join(entry, _META)):
     return None
-  from jaxformer.train import sweep  # sweep imports this module
-
   with open(os.path.join(entry, _META)) as f:
     meta = json.load(f)
   params = None
   if meta["has_params"]:
     with np.load(os.path.join(entry, _PARAMS), allow_pickle=False) as z:
       params = _unflatten({k: z[k] for k in z.files})
-  runs = [
-    sweep.Run(
-      r["seed"],
-      r["learning_rate"],
-      r["weight_decay"],
-      r["losses"],
-      [tuple(e) for e in r["evals"]],
-      r["final_step"],
-      r["stop_reason"],
-    )
-    for r in meta["runs"]
-  ]
-  return {
-    "runs": runs,
-    "params": params,
-    "chance": meta["chance"],
-    "chance_rule": meta["chance_rule"],
-    "compile_seconds": meta["compile_seconds"],
-    "train_seconds": meta["train_seconds"],
-    "steps": meta["steps"],
-  }
+  runs = [r | {"evals": [tuple(e) for e in r["evals"]]} for r in meta["runs"]]
+  return {"runs": runs, "params": params} | {k: meta[k] for k in _SCALARS}
 
 
 def save(directory, key_, result):
@@ -154,12 +136,7 @@ def save(directory, key_, result):
     "format": FORMAT,
     "runs": [dataclasses.asdict(r) for r in result.runs],
     "has_params": flat is not None,
-    "chance": result.chance,
-    "chance_rule": result.chance_rule,
-    "compile_seconds": result.compile_seconds,
-    "train_seconds": result.train_seconds,
-    "steps": result.steps,
-  }
+  } | {k: getattr(result, k) for k in _SCALARS}
   final = os.path.join(directory, key_)
   if os.path.isdir(final):
     return None
