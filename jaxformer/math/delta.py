@@ -18,10 +18,11 @@ Two forms of the same function:
              the written values u_c (S_C = e^(g_C) S_0 + sum_d e^(g_C - g_d) k_d u_d^T) solve
                u_c = beta_c (v_c - e^(g_c) S_0^T k_c - sum_(d < c) e^(g_c - g_d) (k_c . k_d) u_d)
              a unit lower-triangular system (I + A) U = diag(beta) V - diag(beta e^g) K S_0,
-             solved once per chunk for W = (I + A)^-1 diag(beta e^g) K and
-             U_0 = (I + A)^-1 diag(beta) V, all chunks at once. Across chunks the state
-             map is affine, S_0 -> (e^(g_C) I - Kend^T W) S_0 + Kend^T U_0 (Kend_d =
-             e^(g_C - g_d) k_d), so the entering states come from an associative scan of
+             solved once per chunk for W = (I + A)^-1 diag(beta e^g) K and U_0
+             = (I + A)^-1 diag(beta) V, all chunks at once (the inverse by products
+             alone: unit_lower_inverse). Across chunks the state map is affine,
+             S_0 -> (e^(g_C) I - Kend^T W) S_0 + Kend^T U_0 (Kend_d = e^(g_C - g_d) k_d),
+             so the entering states come from an associative scan of
              K x K maps (depth ~log(L / C), O(L / C K^3) work), then every chunk at once:
                u = U_0 - W S_0,
                out_c = e^(g_c) S_0^T q_c + sum_(d <= c) e^(g_c - g_d) (q_c . k_d) u_d
@@ -66,6 +67,23 @@ def recurrent(q_BLHK, k_BLHK, v_BLHJ, beta_BLH, log_a_BLH=None, state_BHKJ=None)
   return jnp.swapaxes(out_LBHJ, 0, 1), final_BHKJ
 
 
+def unit_lower_inverse(a_XCC):
+  """(I + A)^-1 of strictly lower-triangular A [..., C, C], by matrix products alone:
+  A^C = 0, so (I + A)^-1 = sum_(k < C) (-A)^k = (I - A)(I + A^2)(I + A^4)... (log2 C
+  factors). No LAPACK call: jaxlib 0.10's batched CPU triangular solve can deadlock its
+  thread pool when two solves run at once (seen on 2 cores at batch >= 128)."""
+  C = a_XCC.shape[-1]
+  eye = jnp.eye(C, dtype=a_XCC.dtype)
+  power = -a_XCC  # (-A)^(2^i)
+  inverse = eye + power
+  reach = 2  # the product so far sums (-A)^k for k < reach
+  while reach < C:
+    power = jnp.matmul(power, power)
+    inverse = jnp.matmul(inverse, eye + power)
+    reach *= 2
+  return inverse
+
+
 def _compose(first, second):
   """The affine map `first` then `second`, each (M_...KK, R_...KJ): S -> M S + R."""
   m1, r1 = first
@@ -95,16 +113,12 @@ def chunked(q_BLHK, k_BLHK, v_BLHJ, beta_BLH, log_a_BLH=None, state_BHKJ=None, *
   kk_BNHCD = jnp.einsum("BNCHK,BNDHK->BNHCD", k, k)
   strict_CD = jnp.tri(C, k=-1, dtype=bool)
   a_BNHCD = jnp.where(strict_CD, beta_BNHC[..., None] * decay_BNHCD * kk_BNHCD, 0.0)
-  system_BNHCD = a_BNHCD + jnp.eye(C, dtype=_F32)
   rhs_BNHCK = (beta_BNHC * jnp.exp(g_BNHC))[..., None] * k.transpose(0, 1, 3, 2, 4)
   rhs_BNHCJ = beta_BNHC[..., None] * v.transpose(0, 1, 3, 2, 4)
 
-  def solve(rhs):
-    return lax.linalg.triangular_solve(
-      system_BNHCD, rhs, left_side=True, lower=True, unit_diagonal=True
-    )
-
-  w_BNHCK, u0_BNHCJ = solve(rhs_BNHCK), solve(rhs_BNHCJ)
+  inverse_BNHCD = unit_lower_inverse(a_BNHCD)
+  w_BNHCK = jnp.einsum("BNHCD,BNHDK->BNHCK", inverse_BNHCD, rhs_BNHCK)
+  u0_BNHCJ = jnp.einsum("BNHCD,BNHDJ->BNHCJ", inverse_BNHCD, rhs_BNHCJ)
   qk_BNHCD = jnp.where(below_CD, decay_BNHCD * jnp.einsum("BNCHK,BNDHK->BNHCD", q, k), 0.0)
   qg_BNHCK = jnp.exp(g_BNHC)[..., None] * q.transpose(0, 1, 3, 2, 4)
   # e^(g_C - g_d) k_d: what each written value adds to the state at the chunk's end

@@ -100,6 +100,34 @@ def test_chunked_delta_rule_equals_recurrent_equals_the_loop(gated, use_jit):
   chex.assert_trees_all_close(got_r, want, atol=ATOL)
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 16, 17])
+def test_unit_lower_inverse_inverts(size):
+  r = np.random.default_rng(size)
+  a = np.tril(r.uniform(-1.0, 1.0, size=(3, size, size)), -1).astype(np.float32)
+  want = np.linalg.inv(np.eye(size) + a.astype(np.float64))
+  got = np.asarray(delta.unit_lower_inverse(jnp.asarray(a)))
+  np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+def test_the_chunked_delta_rule_at_its_default_chunk_calls_no_solver():
+  """At chunk 16 (four doubling factors) the chunked form still equals the loop, and neither
+  it nor its gradient calls LAPACK's triangular solve (jaxlib 0.10's batched CPU solve can
+  deadlock its thread pool)."""
+  r = np.random.default_rng(9)
+  length = 37
+  q, k = r.normal(size=(2, B, length, H, K)).astype(np.float32)
+  k /= np.linalg.norm(k, axis=-1, keepdims=True)
+  v = r.normal(size=(B, length, H, J)).astype(np.float32)
+  beta = r.uniform(0.0, 1.0, size=(B, length, H)).astype(np.float32)
+  log_a = -r.uniform(0.0, 0.5, size=(B, length, H)).astype(np.float32)
+  s0 = r.normal(size=(B, H, K, J)).astype(np.float32)
+  got = jax.jit(lambda *a: delta.chunked(*a, chunk=16))(q, k, v, beta, log_a, s0)
+  chex.assert_trees_all_close(got, _delta_loop(q, k, v, beta, log_a, s0), atol=1e-4)
+  loss = lambda *a: delta.chunked(*a, chunk=16)[0].sum()  # noqa: E731
+  program = str(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(q, k, v, beta, log_a, s0))
+  assert "triangular_solve" not in program
+
+
 def test_the_delta_rule_overwrites_a_repeated_key_where_linear_attention_sums():
   k = jnp.zeros((1, 2, 1, K)).at[..., 0].set(1.0)  # the same unit key twice
   v = jnp.stack([jnp.ones((1, 1, J)), -jnp.ones((1, 1, J))], axis=1)  # values +1 then -1
