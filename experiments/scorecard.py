@@ -260,21 +260,28 @@ def tasks(config):
 
   for pairs, length in config.recall:
     out[f"recall K={pairs} L={length}"] = mqar(pairs, length, False)
-  pairs, length = config.noisy
-  out[f"noisy recall K={pairs} L={length}"] = mqar(pairs, length, True)
-  tokens, length, vocab = config.selective_copy
-  out[f"selective copy n={tokens} L={length}"] = (
-    f"selective_copy:vocab_size={vocab},seq_len={length},num_tokens={tokens}," + data
-  )
-  length, distances = config.needle
-  for d in distances:
-    out[f"needle d={d} L={length}"] = f"needle:vocab_size={V},seq_len={length},distance={d}," + data
+  if config.noisy:
+    pairs, length = config.noisy
+    out[f"noisy recall K={pairs} L={length}"] = mqar(pairs, length, True)
+  if config.selective_copy:
+    tokens, length, vocab = config.selective_copy
+    out[f"selective copy n={tokens} L={length}"] = (
+      f"selective_copy:vocab_size={vocab},seq_len={length},num_tokens={tokens}," + data
+    )
+  if config.needle:
+    length, distances = config.needle
+    for d in distances:
+      out[f"needle d={d} L={length}"] = (
+        f"needle:vocab_size={V},seq_len={length},distance={d}," + data
+      )
   return out
 
 
 def max_len(config):
   lengths = [length for _, length in config.recall]
-  lengths += [config.noisy[1], config.selective_copy[1], config.needle[0]]
+  lengths += [config.noisy[1]] if config.noisy else []
+  lengths += [config.selective_copy[1]] if config.selective_copy else []
+  lengths += [config.needle[0]] if config.needle else []
   return max(lengths)
 
 
@@ -604,12 +611,13 @@ def plot(config, metrics, workdir):
   plots = []
   # recall vs decode-state bytes at the task's L: the Zoology / Based trade-off
   fig = harness.figure(cols=2)
-  (pairs, length), (noisy_k, noisy_l) = config.recall[-1], config.noisy
-  for i, setting in enumerate(
-    (f"recall K={pairs} L={length}", f"noisy recall K={noisy_k} L={noisy_l}")
-  ):
+  pairs, length = config.recall[-1]
+  panels = [(f"recall K={pairs} L={length}", length)]
+  if config.noisy:
+    noisy_k, noisy_l = config.noisy
+    panels.append((f"noisy recall K={noisy_k} L={noisy_l}", noisy_l))
+  for i, (setting, task_length) in enumerate(panels):
     ax = fig.add_subplot(1, 2, i + 1)
-    task_length = length if i == 0 else noisy_l
     curves = {}  # a mixer's rows at every state size and width: one curve
     for name in metrics["mixers"]:
       for w in config.widths:
@@ -711,7 +719,7 @@ def _task_states(config, cands):
   """{name: {width: {L: decode-state bytes}}} at every trained task length."""
   from jaxformer.analysis import cost
 
-  lengths = sorted({length for _, length in config.recall} | {config.noisy[1]})
+  lengths = sorted({length for _, length in config.recall} | set(config.noisy[1:]))
   out = {}
   for name, spec, fields in cands:
     out[name] = {}

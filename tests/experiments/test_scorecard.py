@@ -286,3 +286,11 @@ def test_the_state_sweep_makes_each_builtin_a_row_per_state_size():
   assert scorecard.family("gated (yours)") == "gated (yours)"  # a user's mixer is its own
   config.state_sweep = False
   assert [c[0] for c in scorecard.candidates(config)] == [REF, "mamba2", "gated"]
+
+
+def test_an_empty_task_field_is_not_trained():
+  c = scorecard.get_config("quick")
+  c.noisy, c.selective_copy, c.needle = (), (), ()
+  c.recall = ((4, 16), (8, 24))
+  assert list(scorecard.tasks(c)) == ["recall K=4 L=16", "recall K=8 L=24"]
+  assert scorecard.max_len(c) == 24
