@@ -719,7 +719,8 @@ def _task_states(config, cands):
   """{name: {width: {L: decode-state bytes}}} at every trained task length."""
   from jaxformer.analysis import cost
 
-  lengths = sorted({length for _, length in config.recall} | set(config.noisy[1:]))
+  lengths = {length for _, length in config.recall}
+  lengths = sorted(lengths | ({config.noisy[1]} if config.noisy else set()))
   out = {}
   for name, spec, fields in cands:
     out[name] = {}

@@ -174,9 +174,9 @@ def test_the_scan_catches_each_unsafe_form(snippet, bad):
   assert bool(unsafe_calls(snippet)) == bad
 
 
+# protocol 4/5 streams open with PROTO then FRAME and an 8-byte frame length
+FRAMED_SIGNATURES = (b"\x80\x04\x95", b"\x80\x05\x95")
 PICKLE_SIGNATURES = (
-  b"\x80\x04\x95",  # protocol 4/5: PROTO then FRAME
-  b"\x80\x05\x95",
   b"cnumpy",  # protocol 0-1 global references to numpy / builtins
   b"numpy.core.multiarray",
   b"numpy._core.multiarray",
@@ -189,17 +189,17 @@ PICKLE_SIGNATURES = (
 def holds_pickle(data: bytes) -> bool:
   """A pickle stream at the start of the file (PROTO 2-5) or a known pickle fragment in it. A
   PROTO + FRAME fragment counts only with a frame length that fits the file: its three bytes
-  turn up by chance in about 1 in 100 compressed checkpoint chunks."""
+  turn up by chance in about 1 in 100 compressed checkpoint chunks of 75 KB."""
   if len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5:
     return True
-  for sig in PICKLE_SIGNATURES[:2]:  # PROTO 4/5 + FRAME: only with a frame length that fits
+  for sig in FRAMED_SIGNATURES:
     at = data.find(sig)
     while at >= 0:
       size = int.from_bytes(data[at + 3 : at + 11], "little")
       if len(data) >= at + 11 and size <= len(data) - at - 11:
         return True
       at = data.find(sig, at + 1)
-  return any(sig in data for sig in PICKLE_SIGNATURES[2:])
+  return any(sig in data for sig in PICKLE_SIGNATURES)
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
