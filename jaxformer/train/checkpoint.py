@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 2  # 2: the metadata carries its step and a digest of itself
 CORRUPT_DIR = "corrupt"
+ORBAX_TMP = ".orbax-checkpoint-tmp"  # the suffix of a save in flight: `<step>.orbax-checkpoint-tmp`
 
 
 class CheckpointError(RuntimeError):
@@ -263,15 +264,19 @@ _QUIET = _QuietOrbaxErrors()
 
 
 class _QuietOrbaxTasks(logging.Filter):
-  """Drops asyncio's "Task exception was never retrieved" record for an Orbax write task of a
-  failed save: when several writes fail, the ones Orbax did not await are logged by asyncio
-  at some later moment, through the `asyncio` logger rather than Orbax's."""
+  """Drops asyncio's "... exception was never retrieved" records of a failed save's writes:
+  when several writes fail, the ones Orbax did not await are logged by asyncio at some later
+  moment (when they are garbage collected), through the `asyncio` logger rather than Orbax's.
+  A task names Orbax's code; a bare future names only its exception, a TensorStore write into
+  the save's temporary directory (ORBAX_TMP)."""
 
   def filter(self, record):
     message = record.getMessage()
-    return not (
-      "Task exception was never retrieved" in message and f"{os.sep}orbax{os.sep}" in message
-    )
+    if "Task exception was never retrieved" in message:
+      return f"{os.sep}orbax{os.sep}" not in message
+    if "Future exception was never retrieved" in message:
+      return ORBAX_TMP not in message
+    return True
 
 
 _QUIET_TASKS = _QuietOrbaxTasks()
