@@ -100,6 +100,7 @@ PROBE = (
 FROM_CLONE = "\nimport experiments.protocol, os; print('experiments at', os.getcwd())"
 
 
+@pytest.mark.slow  # a pip install into a new virtual environment: `make test-slow`
 def test_install_cell_installs_from_a_local_path_and_keeps_jax(tmp_path):
   cell = install_cell() + FROM_CLONE
   python = _offline_env(tmp_path)
@@ -134,6 +135,7 @@ def test_install_cell_installs_from_a_local_path_and_keeps_jax(tmp_path):
   assert inside.returncode == 0 and inside.stdout == "", inside.stderr[-2000:]
 
 
+@pytest.mark.slow  # a git clone and a pip install: `make test-slow`
 def test_install_cell_clones_a_git_url(tmp_path):
   python = _offline_env(tmp_path)
   source = _source(tmp_path)

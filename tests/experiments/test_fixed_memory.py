@@ -166,6 +166,7 @@ def test_the_arms_are_the_law_s_points_in_one_shell():
   assert {a.task.split(",")[1] for a in arms} == {f"seq_len={law.seq_len}"}  # one L
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_every_arm_and_reads_the_law(tmp_path):
   config = fixed_memory.get_config("tiny")
   result = protocol.run(fixed_memory, config, str(tmp_path), "tiny", log=lambda text: None)

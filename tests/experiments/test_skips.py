@@ -82,7 +82,6 @@ def test_the_deepest_depth_is_judged_at_full_size():
   assert _verdict(config, no_skip__8=0.8)[1] == [True, False]
 
 
-@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_steps_to_the_threshold_against_depth_per_seed():
   config = skips.get_config("quick")
   steps = {"no_skip": [400.0, math.nan, 300.0], "residual": [100.0, 150.0, 100.0]}
@@ -97,6 +96,7 @@ def test_steps_to_the_threshold_against_depth_per_seed():
   assert no_skip["median (reached)"] == 350.0 and no_skip["seeds reached"] == "2/3"
 
 
+@pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_both_wirings(tmp_path):
   config = skips.get_config("tiny")
   result = protocol.run(skips, config, str(tmp_path), "tiny", log=lambda text: None)

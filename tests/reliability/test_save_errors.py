@@ -51,7 +51,7 @@ def test_asyncio_reports_of_orbax_write_tasks_are_kept_off_stderr():
     # 2-core machine: the record came after the error line and the test counted 32 lines)
     message = (
       "Future exception was never retrieved\nfuture: <Future finished exception=ValueError("
-      f"'OUT_OF_RANGE: Error writing \"rng/0\" in OCDBT database at local file \"{where}/\"')>"
+      f'\'OUT_OF_RANGE: Error writing "rng/0" in OCDBT database at local file "{where}/"\')>'
     )
     return logging.LogRecord("asyncio", logging.ERROR, "base_events.py", 1, message, (), None)
 

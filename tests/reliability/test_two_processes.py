@@ -52,6 +52,8 @@ def data_dir(tmp_path_factory):
   return tmp_path_factory.mktemp("data")
 
 
+@pytest.mark.slow  # five training processes (tests/train/test_distributed.py and
+# tests/train/test_preemption.py cover two processes and SIGTERM in make test): `make test-slow`
 def test_sigterm_to_one_process_then_a_two_process_resume_gives_the_single_run(data_dir, tmp_path):
   # The uninterrupted single-process reference (4 devices) runs beside the two processes.
   single = tmp_path / "single"
