@@ -11,6 +11,12 @@ or benchmark skips most of its compilation. Where (first match):
   JAXFORMER_COMPILATION_CACHE  a directory, or `off` / `0` / empty to disable the cache
   ~/.cache/jaxformer/jax       the default (delete it to start cold)
 
+`enable` also gives libtpu's compiler fibers a larger stack (LIBTPU_FIBER_STACK, in
+LIBTPU_INIT_ARGS unless that already names the flag; read when libtpu loads, so before the
+first TPU compile): at libtpu 0.0.42.1's default, heads' accel sweep (an H = 1, r = 256 scorer)
+recursed past a fiber's stack in the convolution-window search and crashed the process
+(SIGSEGV STACK OVERFLOW in MakeConvWindows); with 8 MiB it compiles (BENCHMARKS.md).
+
 Programs that compile in under MIN_COMPILE_SECS are not written (JAX's own default is 1 s;
 a CPU run compiles many programs of 0.2-1 s: measured in BENCHMARKS.md). JAX's
 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, wins. The cache is not size-bounded
@@ -27,6 +33,18 @@ JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
 DEFAULT = os.path.join("~", ".cache", "jaxformer", "jax")
 MIN_COMPILE_SECS = 0.2
 _OFF = ("", "0", "off", "none", "false")
+LIBTPU_FIBER_STACK = "--fibers_default_thread_stack_size=8388608"  # bytes: 8 MiB per fiber
+
+
+def libtpu_flags():
+  """Adds LIBTPU_FIBER_STACK to LIBTPU_INIT_ARGS unless it sets that flag already (a user's
+  own value wins); returns the variable. Without effect once libtpu has loaded, and on a
+  machine without libtpu."""
+  args = os.environ.get("LIBTPU_INIT_ARGS", "")
+  name = LIBTPU_FIBER_STACK.split("=")[0]
+  if name + "=" not in args:
+    os.environ["LIBTPU_INIT_ARGS"] = f"{args} {LIBTPU_FIBER_STACK}".strip()
+  return os.environ["LIBTPU_INIT_ARGS"]
 
 
 def directory():
@@ -57,6 +75,7 @@ def counts():
 def enable():
   """Turns the persistent cache on (see the module docstring); returns its directory, or
   None when it is off. Call it before the first compilation: JAX reads the setting once."""
+  libtpu_flags()
   path = directory()
   if path is not None and not getattr(enable, "listening", False):
     jax.monitoring.register_event_listener(_count)

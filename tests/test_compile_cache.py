@@ -25,6 +25,17 @@ def test_directory_default_override_and_off(monkeypatch):
   assert compile_cache.directory() == "/tmp/jax-own"
 
 
+def test_libtpu_compiler_fibers_get_a_larger_stack_unless_the_user_set_one(monkeypatch):
+  monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+  assert compile_cache.libtpu_flags() == compile_cache.LIBTPU_FIBER_STACK
+  assert compile_cache.libtpu_flags() == compile_cache.LIBTPU_FIBER_STACK  # added once
+  monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_a=1")
+  assert compile_cache.libtpu_flags() == f"--xla_tpu_a=1 {compile_cache.LIBTPU_FIBER_STACK}"
+  mine = "--fibers_default_thread_stack_size=1048576 --xla_tpu_a=1"
+  monkeypatch.setenv("LIBTPU_INIT_ARGS", mine)
+  assert compile_cache.libtpu_flags() == mine  # the user's own value is left alone
+
+
 _PROGRAM = """
 import json, jax, jax.numpy as jnp
 from jaxformer import compile_cache

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxformer import data, ladder
+from jaxformer import compile_cache, data, ladder
 from jaxformer.train import program as program_lib
 from jaxformer.train import sharding, sweep
 
@@ -111,6 +111,7 @@ def target(spec):
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    compile_cache.libtpu_flags()  # heads' accel sweep overflowed a compiler fiber's stack
     try:
       topo = topologies.get_topology_desc(
         fields["name"], "tpu", chip_config_name="default", num_slices=fields["slices"]
