@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = 2  # 2: the metadata carries its step and a digest of itself
 CORRUPT_DIR = "corrupt"
-ORBAX_TMP = ".orbax-checkpoint-tmp"  # the suffix of a save in flight: `<step>.orbax-checkpoint-tmp`
+# the suffix of a save in flight, `<step>.orbax-checkpoint-tmp...` (Orbax's own constant)
+ORBAX_TMP = ocp.path.atomicity_types.TMP_DIR_SUFFIX
 
 
 class CheckpointError(RuntimeError):
