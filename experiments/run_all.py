@@ -118,6 +118,24 @@ class _Prefixed:
     self.stream.flush()
 
 
+def core_sets(jobs):
+  """The cores this process may run on, dealt into `jobs` disjoint sets (cores 0 2 4 ... and
+  1 3 5 ... for two jobs); None when there are fewer cores than jobs or the platform cannot
+  pin a process to cores."""
+  if not hasattr(os, "sched_setaffinity"):
+    return None
+  cores = sorted(os.sched_getaffinity(0))
+  if len(cores) < jobs:
+    return None
+  return [cores[i::jobs] for i in range(jobs)]
+
+
+def _pin_to_cores(sets):
+  """A worker's initializer: takes one set of cores from the queue `sets` and keeps this
+  process on them, before JAX sizes its thread pools from the cores it may use."""
+  os.sched_setaffinity(0, sets.get())
+
+
 def _worker(name, size, workdir, module_path=None):
   """One experiment in a worker process (the module at `module_path` when given, else
   experiment `name`): its lines are prefixed with its name."""
@@ -150,15 +168,25 @@ def run_parallel(names, size, workdir, jobs, on_result, module_paths=None):
   order of `names`. `module_paths` maps a name to the module to import instead of
   experiments.<name> (the tests' declared stand-ins). XLA compiles on one core, so one
   experiment alone leaves a core idle while it compiles; in `make run` at two workers each
-  experiment used about one core (BENCHMARKS.md; not yet timed side by side against one
-  worker). Workers run on the CPU unless JAX_PLATFORMS is set."""
+  experiment used about one core (BENCHMARKS.md). Each worker keeps to its own share of the
+  cores (`core_sets`): unpinned, two workers' XLA thread pools each sized for every core and
+  contended for both, which cost about 13% more CPU time and wall time (BENCHMARKS.md, `make
+  run` workers pinned to cores). Workers run on the CPU unless JAX_PLATFORMS is set."""
   context = multiprocessing.get_context("spawn")
+  jobs = min(jobs, len(names))
+  sets = core_sets(jobs)
+  pinning = {}
+  if sets is not None:
+    queue = context.SimpleQueue()
+    for cores in sets:
+      queue.put(cores)
+    pinning = {"initializer": _pin_to_cores, "initargs": (queue,)}
   done = {}
   # Two processes cannot share one accelerator (a TPU is held by one process, a GPU's memory
   # preallocated by the first), so workers run on the CPU unless JAX_PLATFORMS says otherwise
   # (spawned workers read this process's environment).
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+  with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, **pinning) as pool:
     futures = {
       pool.submit(_worker, name, size, workdir, (module_paths or {}).get(name)): name
       for name in longest_first(names, size)

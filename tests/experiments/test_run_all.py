@@ -147,7 +147,19 @@ def test_two_experiments_in_two_worker_processes(tmp_path, capfd):
   assert results[0].verdict == "SUPPORTED" and results[0].size == "tiny"
   assert 0 < results[0].cpu_seconds  # the worker's own CPU time, every thread
   assert results[1].crashed and "No module named" in results[1].metrics["error"]
-  assert "fixed_memory| declared stub measured" in capfd.readouterr().out
+  out = capfd.readouterr().out
+  assert "fixed_memory| declared stub measured" in out
+  # the worker kept to its share of the cores (all of them where there are fewer than 2)
+  cores = out.split("fixed_memory| declared stub measured on cores ")[1].splitlines()[0]
+  sets = run_all.core_sets(2) or [sorted(os.sched_getaffinity(0))]
+  assert cores in [str(s) for s in sets], (cores, sets)
+
+
+def test_the_cores_are_dealt_among_the_jobs(monkeypatch):
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 0, 1, 2, 4})
+  assert run_all.core_sets(2) == [[0, 2, 4], [1, 3]]
+  assert run_all.core_sets(5) == [[0], [1], [2], [3], [4]]
+  assert run_all.core_sets(6) is None  # fewer cores than jobs: the workers share them all
 
 
 @pytest.mark.parametrize(
