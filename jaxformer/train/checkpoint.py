@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 import traceback
@@ -179,13 +180,21 @@ def _diff(saved: dict, wanted: dict) -> list[str]:
   return out
 
 
+# TensorStore appends its context to an error as [name='value'] (source locations, the whole
+# tensorstore_spec as JSON, payloads): often longer than the error, and after the OS's reason
+# ("... Failed to write 37263 bytes to file 11: File too large [tensorstore_spec='{...}']").
+_STORE_CONTEXT = re.compile(r"\s*\[[A-Za-z_ ]+='[^']*'\]")
+
+
 def _cause(e: BaseException) -> str:
-  """One line naming the innermost cause of an exception chain (Orbax buries it in __cause__)."""
+  """One line naming the innermost cause of an exception chain (Orbax buries it in __cause__),
+  without TensorStore's context annotations; a long line keeps its start and its end, where
+  the OS's reason is."""
   while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
     e = e.__cause__ or e.__context__
-  lines = str(e).strip().splitlines()
+  lines = _STORE_CONTEXT.sub("", str(e)).strip().splitlines()
   msg = lines[0] if lines else ""
-  msg = msg if len(msg) <= 240 else msg[:120] + " ... " + msg[-115:]  # the OS error is last
+  msg = msg if len(msg) <= 240 else msg[:120] + " ... " + msg[-115:]
   return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
