@@ -19,7 +19,8 @@ REF = mixers.REFERENCE
 def _config():
   c = scorecard.get_config("quick")
   c.builtins = (REF, "gated")
-  # every kind of task (quick trains recall only), each at L = 32
+  # every kind of task (quick trains one), each at L = 32
+  c.recall = ((4, 32), (8, 32))
   c.noisy, c.selective_copy, c.needle = (4, 32), (4, 32, 16), (32, (4, 24))
   return c
 
