@@ -996,7 +996,7 @@ def spread(ax, xs, per_seed, label, **kwargs):
   """Mean line with every seed's value as a point (the spread a reader should see)."""
   per_seed = [np.asarray(v, float) for v in per_seed]
   means = [float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for v in per_seed]
-  (line,) = ax.plot(xs, means, marker="o", label=label, **kwargs)
+  (line,) = ax.plot(xs, means, label=label, **({"marker": "o"} | kwargs))
   for x, values in zip(xs, per_seed, strict=True):
     ax.scatter([x] * len(values), values, s=12, color=line.get_color(), alpha=0.5, zorder=3)
   return line

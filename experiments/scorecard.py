@@ -73,6 +73,7 @@ import os
 import sys
 import time
 
+import matplotlib
 import ml_collections
 import numpy as np
 
@@ -611,17 +612,26 @@ def write(config, metrics, card, records, workdir, plots, seconds, size, publish
     f.write("\n".join(lines))
 
 
+MARKERS = "osD^vP*Xp<>h"
+
+
 def plot(config, metrics, workdir):
   plots = []
   # recall vs decode-state bytes at the task's L: the Zoology / Based trade-off
-  fig = harness.figure(cols=2)
   pairs, length = config.recall[-1]
   panels = [(f"recall K={pairs} L={length}", length)]
   if config.noisy:
     noisy_k, noisy_l = config.noisy
     panels.append((f"noisy recall K={noisy_k} L={noisy_l}", noisy_l))
+  fig = harness.figure(cols=len(panels) + 0.5)  # the half: the legend, outside the points
+  families = list(dict.fromkeys(family(name) for name in metrics["mixers"]))
+  colors = matplotlib.colormaps["tab20"].colors
+  style = {  # one colour and marker per mixer, the same in every panel (12 built-ins > tab10)
+    f: {"color": colors[i % len(colors)], "marker": MARKERS[i % len(MARKERS)]}
+    for i, f in enumerate(families)
+  }
   for i, (setting, task_length) in enumerate(panels):
-    ax = fig.add_subplot(1, 2, i + 1)
+    ax = fig.add_subplot(1, len(panels), i + 1)
     curves = {}  # a mixer's rows at every state size and width: one curve
     for name in metrics["mixers"]:
       for w in config.widths:
@@ -631,30 +641,32 @@ def plot(config, metrics, workdir):
     for label, points in curves.items():
       if all(math.isfinite(x) for x, _ in points):
         points.sort(key=lambda p: p[0])
-        protocol.spread(ax, [x for x, _ in points], [y for _, y in points], label)
+        xs, ys = [x for x, _ in points], [y for _, y in points]
+        protocol.spread(ax, xs, ys, label, **style[label])
     ax.axhline(metrics["chance"][setting], color="gray", linestyle=":", label="chance")
     ax.set_xscale("log", base=2)
     ax.set(xlabel=f"decode-state bytes of one sequence (L={task_length})", ylim=(-0.02, 1.02))
     ax.set_ylabel("eval accuracy (points: seeds)")
     ax.set_title(setting)
-    ax.legend(fontsize="small")
+  fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="small")
   plots.append(harness.save(fig, workdir, f"{NAME}_recall_vs_state.png"))
   # the pressures vs L
-  fig = harness.figure(cols=4)
+  fig = harness.figure(cols=4.5)
   axes = fig.subplots(1, 4)
   for name in metrics["mixers"]:
     d, s, c = (metrics[k][name] for k in ("depth", "state_bytes", "cost"))
-    axes[0].plot(d["L"], d["depth"], marker="o", label=name)
-    axes[1].plot(s["L"], s["bytes"], marker="o", label=name)
+    kw = {"label": name} | style[family(name)]
+    axes[0].plot(d["L"], d["depth"], **kw)
+    axes[1].plot(s["L"], s["bytes"], **kw)
     if c["L"]:
-      axes[2].plot(c["L"], [1e3 * t for t in c["cpu_seconds"]], marker="o", label=name)
-      axes[3].plot(c["L"], [b / 2**20 for b in c["peak_bytes"]], marker="o", label=name)
+      axes[2].plot(c["L"], [1e3 * t for t in c["cpu_seconds"]], **kw)
+      axes[3].plot(c["L"], [b / 2**20 for b in c["peak_bytes"]], **kw)
   titles = ("train-step depth (dependent ops)", "decode-state bytes", "step CPU ms", "MiB")
   for ax, title in zip(axes, titles, strict=True):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(xlabel="L", title=title)
-  axes[0].legend(fontsize="small")
+  fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="small")
   plots.append(harness.save(fig, workdir, f"{NAME}_vs_length.png"))
   return plots
 
