@@ -4,6 +4,8 @@ size would train, compiled for an accelerator this machine does not have; nothin
   python -m experiments.run_all --size accel --compile_only=v5e:2x4 --workdir runs/accel_v5e
   python -m experiments.run_all --size accel --only cache \\
     --compile_only=gpu:experiments/configs/h100_sxm.txtpb,topology=1x1x8
+  python -m experiments.scorecard --size accel --compile_only=v5e:2x4 --compile_limit=1 \
+    --workdir runs/scorecard_v5e                # each mixer's largest sweep, a row each
 
 Each arm of an experiment trains as one sweep (experiments/protocol.py): its seeds x learning
 rates x weight decays in one program of N replicas (jaxformer.train.sweep), the replica axis
@@ -13,9 +15,9 @@ with that placement (jaxformer.train.compile_only.compile_sweep), once per disti
 with the same shapes share the program, as they do in a run), and writes
 WORKDIR/<experiment>/compile_report.json after each arm; `main` prints one summary row per
 experiment: the largest per-device peak, the device memory, whether every program fits.
-Arms compile largest first (`work`); `main(..., limit=K)` stops after K distinct sweeps of each
-experiment (BENCHMARKS.md's tables: K = 1, each experiment's largest), and the report counts
-the arms it did not reach.
+Arms compile largest first (`work`); `main(..., limit=K)` (`--compile_limit=K`) stops after K
+distinct sweeps of each experiment, or of each scorecard mixer (BENCHMARKS.md's tables: K = 1,
+each one's largest), and the report counts the arms it did not reach.
 
 What is compiled is each arm's first sweep: the protocol's budget growth recompiles the same
 shapes (total_steps is static) and a learning-rate extension compiles a sweep of fewer
@@ -138,19 +140,20 @@ def summary(report):
 
 
 def table(rows, tgt):
+  w = max([16] + [len(r["experiment"]) for r in rows])  # the name column: the longest name
   lines = [
     f"{tgt.spec}: {len(tgt.devices)} x {tgt.device_kind} ({tgt.memory_bytes / GiB:.2f} GiB each)",
-    f"{'experiment':<16} {'arms':>4} {'compiled':>8} {'peak GiB':>9} {'fits':>4} "
+    f"{'experiment':<{w}} {'arms':>4} {'compiled':>8} {'peak GiB':>9} {'fits':>4} "
     f"{'compile s':>9}  largest",
   ]
   for r in rows:
     if r.get("error"):
-      lines.append(f"{r['experiment']:<16} error: {r['error']}")
+      lines.append(f"{r['experiment']:<{w}} error: {r['error']}")
       continue
     peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / GiB:9.3f}"
     fits = "-" if r["peak_bytes"] is None else ("yes" if r["fits"] else "NO")
     lines.append(
-      f"{r['experiment']:<16} {r['arms']:>4} {r['compiled']:>8} {peak:>9} {fits:>4} "
+      f"{r['experiment']:<{w}} {r['arms']:>4} {r['compiled']:>8} {peak:>9} {fits:>4} "
       f"{r['compile_seconds']:9.1f}  {r['peak_arm'] or '(no trained arms)'}"
     )
   return "\n".join(lines)
@@ -198,10 +201,12 @@ def main(experiments, size, target_spec, workdir, echo=print, limit=None):
   return 1 if any(r.get("error") for r in rows) else 0
 
 
-def scorecard(config, mixer, fields, size, target_spec, workdir, echo=print):
+def scorecard(config, mixer, fields, size, target_spec, workdir, echo=print, limit=None):
   """The scorecard's --compile_only: its trained arms (every mixer on every task, the reference
-  and built-ins included) compiled as `main` compiles an experiment's; its cost probes (depth,
-  time and memory vs L) are not. A mixer that cannot be loaded: one line, exit 2."""
+  and built-ins included) compiled as `main` compiles an experiment's, one group per mixer
+  (`scorecard/<mixer>`, every width and state size of it: a report and a summary row each;
+  `limit` counts per mixer, so `limit=1` is each mixer's largest sweep); its cost probes
+  (depth, time and memory vs L) are not. A mixer that cannot be loaded: one line, exit 2."""
   from experiments import scorecard as card
   from jaxformer import mixers
 
@@ -210,7 +215,18 @@ def scorecard(config, mixer, fields, size, target_spec, workdir, echo=print):
   except (mixers.MixerError, ladder.ConfigError) as e:
     echo(f"error: {_first_line(e)}")
     return 2
-  return main([(card.NAME, config, arms)], size, target_spec, workdir, echo)
+  by_mixer = {}
+  for arm in arms:
+    by_mixer.setdefault(card.mixer_of(arm.model), []).append(arm)
+  groups = [(scorecard_group(name), config, group) for name, group in by_mixer.items()]
+  return main(groups, size, target_spec, workdir, echo, limit=limit)
+
+
+def scorecard_group(mixer):
+  """The name (and directory under the workdir) of one mixer's compile report."""
+  from experiments import scorecard as card
+
+  return f"{card.NAME}/{mixer.replace(' ', '_')}"
 
 
 def _experiment(module, size):

@@ -251,6 +251,14 @@ def _define(values, argv, single):
     "without running anything (experiments/compile_all.py).",
     flag_values=values,
   )
+  flags.DEFINE_integer(
+    "compile_limit",
+    0,
+    "With --compile_only: at most this many distinct sweep programs of each experiment, "
+    "largest first (1: each experiment's largest; 0: all).",
+    lower_bound=0,
+    flag_values=values,
+  )
   if single:
     size = cli.pre_parse(argv, "size", "quick", SIZES)
     help_string = f"The config of {single} at --size (--config.FIELD=VALUE sets a field)."
@@ -294,7 +302,8 @@ def main(argv=None, single=None):
     from experiments import compile_all
 
     modules = [experiment(n) for n in names]
-    return compile_all.main(modules, size, values.compile_only, workdir)
+    limit = values.compile_limit or None
+    return compile_all.main(modules, size, values.compile_only, workdir, limit=limit)
   config = values.config if single else None
   jobs = 1 if single else values.jobs
   lay_over_cores(0 if single else values.cpu_devices, min(jobs, len(names)))

@@ -60,7 +60,7 @@ K = 4 at L = 32, batch 32, 3 seeds, 600 steps that do not grow; the other tasks'
 left out), full (every task; widths D in
 {16, 32, 64}: the recall-vs-state plot gets a curve per mixer; L up to 64, the four learning
 rates of protocol.FULL_LEARNING_RATES, 2,000 steps growing to at most 4,000), accel (Zoology's
-V = 8192 setting, L up to 256 trained and 16384 for the costs). Each arm follows the
+V = 8192 setting, L up to 256 trained at batch 128 and 16384 for the costs). Each arm follows the
 protocol's plateau rule: a row still learning at its cap is marked '(learning)' and read as
 '?'.
 Measured numbers: docs/experiments.md.
@@ -159,7 +159,11 @@ def get_config(size="quick"):
     c.recall = ((4, 64), (8, 128), (16, 256))
     c.noisy, c.selective_copy, c.needle = (16, 256), (16, 256, 16), (256, (4, 12, 240))
     c.learning_rates = sizes.ACCEL_LEARNING_RATES
-    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 256, 20_000, 500, 1000
+    # Batch 128: compiled for v5e:2x4 at batch 256 (each mixer's largest sweep, 3 replicas a
+    # chip), the eval step alone needed 14.1 GiB of a chip's 15.75, mamba2's train step 15.7,
+    # and gla, deltanet and gated deltanet did not fit (17.0, 23.4, 23.9 GB of temporaries;
+    # BENCHMARKS.md). Set before any accel run.
+    c.batch_size, c.total_steps, c.eval_every, c.warmup_steps = 128, 20_000, 500, 1000
     c.step_cap = 40_000
     c.num_examples, c.num_test_examples = 100_000, 2000
     c.depth_lengths = (64, 512, 4096, 16384)
@@ -306,6 +310,13 @@ def model_fields(config, spec, fields, width, length=None):
 def row(name, width, config):
   """The row name of a mixer at a width (the width only when several are scored)."""
   return name if len(config.widths) == 1 else f"{name} D={width}"
+
+
+def mixer_of(row_name):
+  """The mixer a row belongs to, its width and state size dropped ('mamba2 state=8 D=64' ->
+  'mamba2')."""
+  base, sep, width = row_name.rpartition(" D=")
+  return family(base if sep and width.isdigit() else row_name)
 
 
 def arms(config, cands):
@@ -773,6 +784,14 @@ def _define(values, argv):
     "Compile the trained arms' sweep programs for TARGET (v5e:2x4, gpu:FILE,topology=1x1x8) "
     "without running anything (experiments/compile_all.py).",
   )
+  define(
+    "integer",
+    "compile_limit",
+    0,
+    "With --compile_only: at most this many distinct sweep programs of each mixer (its widths "
+    "and state sizes together), largest first (1: each mixer's largest; 0: all).",
+    lower_bound=0,
+  )
   given = [a for a in argv[1:] if a.startswith("--mixer=")]
   if given:
     raise cli.UsageError(
@@ -801,7 +820,13 @@ def main(argv=None):
     from experiments import compile_all
 
     return compile_all.scorecard(
-      config, values.mixer_class, fields, values.size, values.compile_only, values.workdir
+      config,
+      values.mixer_class,
+      fields,
+      values.size,
+      values.compile_only,
+      values.workdir,
+      limit=values.compile_limit or None,
     )
   try:
     card = run(values.mixer_class, fields, values.size, values.workdir, config)

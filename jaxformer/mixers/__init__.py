@@ -17,7 +17,7 @@ Built-ins (BUILTINS: name -> (spec, fields)), each in the style of the step file
   softmax         the transformer's attention (the scorecard's reference row)
   sliding_window  the same over the last 8 tokens (the sliding-window kernel)
   linear          elu + 1 linear attention: a fixed (S, z) state per head
-  gated           a gated linear recurrence (GLA / Mamba family), associative scan
+  gated           a gated linear recurrence (GLA / Mamba family), trained in chunks
   hybrid          an 8-token window plus linear attention (the textbook hybrid)
 The successors, each from its paper's equations: a chunked (or convolutional) training form,
 a recurrent decode form, a state whose size each module's `state_size` states:

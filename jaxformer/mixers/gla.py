@@ -10,8 +10,8 @@ Per head j, with a low-rank gate (rank R) kept near 1 by a temperature tau (eq. 
 k is scaled by 1 / sqrt(K). Training runs the chunked form of jaxformer.math.chunked, where
 the intra-chunk scores carry the relative decay e^(b_c - b_d) per key dimension (the
 paper's secondary-level chunking: exponents masked to d <= c, never positive); decoding the
-recurrent form from the cached S. (jaxformer.mixers.gated is the same recurrence by an
-associative scan over every position, with a full-rank gate and a short convolution.)
+recurrent form from the cached S. (jaxformer.mixers.gated is the same recurrence with a
+full-rank gate and a short convolution, trained by this chunked form or an associative scan.)
 
 State: H x K x K float32 per sequence, whatever the length.
 """

@@ -4,6 +4,7 @@ TPU topology this machine does not have, placed as a sweep places its replicas, 
 import json
 
 from experiments import cache, compile_all, protocol, run_all
+from jaxformer import mixers
 from jaxformer.train import compile_only
 
 
@@ -50,6 +51,15 @@ def test_replicas_are_laid_over_the_most_devices_that_share_them_equally(tmp_pat
   assert arm["state_bytes_per_device"] * 3 == arm["state_bytes"]
 
 
+def test_run_all_compile_limit_reaches_the_compiler(tmp_path, monkeypatch):
+  seen = []
+  monkeypatch.setattr(compile_all, "main", lambda *args, limit=None, **kw: seen.append(limit) or 0)
+  argv = ["--only", "cache", "--size", "tiny", "--compile_only=v5e:2x4", "--workdir", str(tmp_path)]
+  assert run_all.main(argv + ["--compile_limit=2"]) == 0
+  assert run_all.main(argv) == 0
+  assert seen == [2, None]
+
+
 def test_run_all_compile_only_bad_target_is_one_line_exit_2(tmp_path, capsys):
   argv = ["--only", "cache", "--size", "tiny", "--compile_only=v5e", "--workdir", str(tmp_path)]
   assert run_all.main(argv) == 2
@@ -58,16 +68,32 @@ def test_run_all_compile_only_bad_target_is_one_line_exit_2(tmp_path, capsys):
   assert not list(tmp_path.iterdir())  # nothing compiled, nothing written
 
 
-def test_scorecard_compile_only_hands_its_trained_arms_over(tmp_path, monkeypatch):
+def test_scorecard_compile_only_hands_its_trained_arms_over_one_group_per_mixer(
+  tmp_path, monkeypatch
+):
   from experiments import scorecard
 
-  handed = []
-  monkeypatch.setattr(compile_all, "main", lambda items, *args, **kw: handed.extend(items) or 0)
-  argv = ["--size", "tiny", "--compile_only=v5e:2x4", "--workdir", str(tmp_path)]
+  handed, limits = [], []
+
+  def main(items, *args, limit=None, **kw):
+    handed.extend(items)
+    limits.append(limit)
+    return 0
+
+  monkeypatch.setattr(compile_all, "main", main)
+  argv = ["--size", "tiny", "--builtins=softmax,mamba2", "--state_sweep", "--config.widths=(8,16)"]
+  argv += ["--compile_only=v5e:2x4", "--compile_limit=1", "--workdir", str(tmp_path)]
   assert scorecard.main(argv) == 0
-  ((name, config, arms),) = handed
-  assert name == "scorecard"
-  assert arms == scorecard.arms(config, scorecard.candidates(config)) and arms
+  assert [name for name, _, _ in handed] == ["scorecard/softmax", "scorecard/mamba2"]
+  config = handed[0][1]
+  every = scorecard.arms(config, scorecard.candidates(config))
+  assert sorted(a.model for _, _, arms in handed for a in arms) == sorted(a.model for a in every)
+  (_, _, mamba2), states = handed[1], mixers.STATE_SWEEPS["mamba2"][1]
+  rows = {f"mamba2 state={n} D={w}" for n in states for w in (8, 16)}
+  assert {a.model for a in mamba2} == rows  # every state size at every width: one group
+  assert limits == [1]
+  assert scorecard.main(argv[:-3] + ["--workdir", str(tmp_path)]) == 0
+  assert limits == [1, None]  # 0, the default: every program
 
 
 def test_scorecard_compile_only_unknown_builtin_is_one_line_exit_2(tmp_path, capsys):
@@ -80,9 +106,17 @@ def test_scorecard_compile_only_unknown_builtin_is_one_line_exit_2(tmp_path, cap
 
 
 def _builtins():
-  from jaxformer import mixers
-
   return mixers.BUILTINS
+
+
+def test_a_scorecard_row_names_its_mixer():
+  from experiments import scorecard
+
+  assert scorecard.mixer_of("mamba2 state=8 D=64") == "mamba2"
+  assert scorecard.mixer_of("mamba2 state=8") == "mamba2"
+  assert scorecard.mixer_of("softmax D=16") == "softmax"
+  assert scorecard.mixer_of("MyMixer (yours)") == "MyMixer (yours)"
+  assert scorecard.mixer_of("odd D=name") == "odd D=name"  # not a width: left whole
 
 
 def test_a_limit_compiles_the_largest_arms_first_and_counts_the_rest(tmp_path):
@@ -101,3 +135,14 @@ def test_a_limit_compiles_the_largest_arms_first_and_counts_the_rest(tmp_path):
   }
   assert works[report["arms"][0]["arm"]] == max(works.values()), works
   assert compile_all.summary(report)["arms"] == len(arms)
+
+
+def test_the_summary_table_widens_its_name_column_to_the_longest_name():
+  tgt = compile_only.target("v5e:2x4")
+  row = {"arms": 24, "compiled": 1, "peak_bytes": compile_only.GiB, "fits": True}
+  row |= {"compile_seconds": 1.0, "peak_arm": "an arm"}
+  names = ["scorecard/gated_deltanet", "cache"]
+  lines = compile_all.table([row | {"experiment": n} for n in names], tgt).splitlines()[1:]
+  w = len(names[0])
+  assert [line[:w].rstrip() for line in lines] == ["experiment", *names]
+  assert all(line[w] == " " and line[w + 1 :].split()[0] in ("arms", "24") for line in lines)

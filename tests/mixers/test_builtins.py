@@ -45,13 +45,21 @@ def test_softmax_in_the_custom_rung_is_the_transformer_rung():
   chex.assert_trees_all_close(*logits, atol=1e-6)
 
 
-def test_gated_scan_and_recurrent_forms_are_one_function():
+@pytest.mark.parametrize("chunk", [4, 5, 16])  # 12 tokens: whole chunks, a padded tail, one
+def test_gated_chunked_scan_and_recurrent_forms_are_one_function(chunk):
   x_BLD = jax.random.normal(jax.random.key(2), (2, 12, 16))
-  scan, recurrent = GatedRecurrence(16, form="scan"), GatedRecurrence(16, form="recurrent")
-  params = scan.init(jax.random.key(3), x_BLD)
-  chex.assert_trees_all_close(
-    jax.jit(scan.apply)(params, x_BLD), jax.jit(recurrent.apply)(params, x_BLD), atol=1e-5
-  )
+  forms = [GatedRecurrence(16, form=f, chunk=chunk) for f in ("chunked", "scan", "recurrent")]
+  assert forms[0].form == GatedRecurrence(16).form  # the default
+  params = forms[0].init(jax.random.key(3), x_BLD)
+  chunked, scan, recurrent = (jax.jit(m.apply)(params, x_BLD) for m in forms)
+  chex.assert_trees_all_close(chunked, recurrent, atol=1e-5)
+  chex.assert_trees_all_close(scan, recurrent, atol=1e-5)
+
+
+def test_a_gated_form_that_does_not_exist_is_named():
+  x_BLD = jnp.zeros((1, 4, 8))
+  with pytest.raises(ValueError, match="form='parallel': expected one of chunked, scan"):
+    GatedRecurrence(8, form="parallel").init(jax.random.key(0), x_BLD)
 
 
 def test_gated_scan_depth_grows_as_log_length_its_recurrent_form_as_length():
