@@ -4,7 +4,7 @@ size would train, compiled for an accelerator this machine does not have; nothin
   python -m experiments.run_all --size accel --compile_only=v5e:2x4 --workdir runs/accel_v5e
   python -m experiments.run_all --size accel --only cache \\
     --compile_only=gpu:experiments/configs/h100_sxm.txtpb,topology=1x1x8
-  python -m experiments.scorecard --size accel --compile_only=v5e:2x4 --compile_limit=1 \
+  python -m experiments.scorecard --size accel --compile_only=v5e:2x4 --compile_limit=1 \\
     --workdir runs/scorecard_v5e                # each mixer's largest sweep, a row each
 
 Each arm of an experiment trains as one sweep (experiments/protocol.py): its seeds x learning
