@@ -89,7 +89,13 @@ def short_conv(x_BLD, w_CD, history_BCD=None):
   return y_BLD, padded_BMD[:, padded_BMD.shape[1] - (width - 1) :]
 
 
+def log_decay(gate_BLHK, temperature):
+  """log a = log sigmoid(gate) / temperature (float32, <= 0): the decay as the chunked form
+  (jaxformer.math.chunked) takes it."""
+  return jax.nn.log_sigmoid(gate_BLHK.astype(jnp.float32)) / temperature
+
+
 def decay(gate_BLHK, temperature):
   """a = sigmoid(gate)^(1 / temperature), in (0, 1): GLA's gate, kept near 1 by a
   temperature > 1 so that a fresh model remembers for ~temperature / log 2 tokens."""
-  return jnp.exp(jax.nn.log_sigmoid(gate_BLHK.astype(jnp.float32)) / temperature)
+  return jnp.exp(log_decay(gate_BLHK, temperature))

@@ -22,7 +22,6 @@ whatever the length.
 """
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from jaxformer.math import chunked, gated
@@ -65,19 +64,18 @@ class GatedRecurrence(nn.Module):
     q_BLHK, k_BLHK, v_BLHK, gate_BLHK = projections(self, x_BLD, self.num_heads, dim, names)
     ba_HK = param(self, "ba", (self.num_heads, dim), (axes.HEADS, axes.KV), nn.initializers.zeros)
     k_BLHK = k_BLHK * dim**-0.5
-    if self.form == "chunked" and not decode:
-      # log a = log sigmoid(.) / temperature: gated.decay's a, taken as its log
-      log_a_BLHK = jax.nn.log_sigmoid((gate_BLHK + ba_HK).astype(jnp.float32)) / self.temperature
-      o_BLHK, _ = chunked.chunked(q_BLHK, k_BLHK, v_BLHK, log_a_BLHK, chunk=self.chunk)
-      return output(self, o_BLHK.astype(x_BLD.dtype), self.width)
-    a_BLHK = gated.decay(gate_BLHK + ba_HK, self.temperature)
     if decode:
+      a_BLHK = gated.decay(gate_BLHK + ba_HK, self.temperature)
       state = self.variable(
         "cache", "state", jnp.zeros, (batch, self.num_heads, dim, dim), jnp.float32
       )
       o_BLHK, state.value = gated.gated_linear_attention(
         q_BLHK, k_BLHK, v_BLHK, a_BLHK, state.value, form="recurrent"
       )
+    elif self.form == "chunked":
+      log_a_BLHK = gated.log_decay(gate_BLHK + ba_HK, self.temperature)
+      o_BLHK, _ = chunked.chunked(q_BLHK, k_BLHK, v_BLHK, log_a_BLHK, chunk=self.chunk)
     else:
+      a_BLHK = gated.decay(gate_BLHK + ba_HK, self.temperature)
       o_BLHK, _ = gated.gated_linear_attention(q_BLHK, k_BLHK, v_BLHK, a_BLHK, form=self.form)
     return output(self, o_BLHK.astype(x_BLD.dtype), self.width)

@@ -17,10 +17,9 @@ State: H x K x K float32 per sequence, whatever the length.
 """
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
-from jaxformer.math import chunked, feature_maps
+from jaxformer.math import chunked, feature_maps, gated
 from jaxformer.math.contract import contract
 from jaxformer.mixers.linear import head_dim, output, projections
 from jaxformer.nn import axes
@@ -55,7 +54,7 @@ class GLA(nn.Module):
     w2_RHK = param(self, "gate_up", (self.gate_rank, H, dim), (None, axes.HEADS, axes.KV))
     b_HK = param(self, "gate_bias", (H, dim), (axes.HEADS, axes.KV), nn.initializers.zeros)
     gate_BLHK = contract("BLR,RHK->BLHK", contract("BLD,DR->BLR", x_BLD, w1_DR), w2_RHK) + b_HK
-    log_a_BLHK = jax.nn.log_sigmoid(gate_BLHK.astype(jnp.float32)) / self.temperature
+    log_a_BLHK = gated.log_decay(gate_BLHK, self.temperature)
     k_BLHK = k_BLHK * dim**-0.5
     if decode:
       state = self.variable("cache", "state", jnp.zeros, (batch, H, dim, dim), jnp.float32)
