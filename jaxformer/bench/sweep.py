@@ -19,7 +19,9 @@ again, read back from that cache), in wall seconds and in process CPU seconds (a
 a shared machine disturbs them less), with the train step's jaxpr equation count and the
 size of its optimized HLO text. Then one `step` row per replica count N: the train step on
 a fixed batch (best of `repeats` loops of `steps` steps, after one warm-up step), per
-program step and per replica-step, in wall and CPU milliseconds, and the achieved FLOP/s
+program step and per replica-step, in wall and CPU milliseconds; the same program step with
+half of the N replicas stopped (as early-stopped replicas are; on a CPU a stopped replica's
+step is skipped, so it costs about half); and the achieved FLOP/s
 (jaxformer.train.metrics' flops_per_token x tokens x N / wall step time) against the
 measured float32 matmul peak.
 """
@@ -167,12 +169,13 @@ def _batch(c, n, shape, put):
   return {k: put(v) for k, v in batch.items()}
 
 
-def step_seconds(compiled, c, n, shape, steps, repeats):
-  """Best (wall, process CPU) seconds per program step of the train step on one fixed batch
-  (all replicas on), each the best of the same `repeats` loops of `steps` steps."""
+def step_seconds(compiled, c, n, shape, steps, repeats, running=None):
+  """Best (wall, process CPU) seconds per program step of the train step on one fixed batch,
+  each the best of the same `repeats` loops of `steps` steps; `running` replicas are active
+  (None: all), the others stopped as an early-stopped replica is."""
   state, hyper, put = _state(compiled, n, c)
   batch = _batch(c, n, shape, put)
-  active = put(np.ones(n, bool))
+  active = put(np.arange(n) < (n if running is None else running))
   box = {"state": compiled.train(state, batch, hyper, active)[0]}  # warm-up
 
   def window():
@@ -240,6 +243,10 @@ def run(
         compiled, _ = sweep.programs(c, n, shape, shape)
         compile_s = time.perf_counter() - start
         step_s, step_cpu_s = step_seconds(compiled, c, n, shape, steps, repeats)
+        # half of them stopped (early stop): what a sweep pays once its fast replicas are done
+        half_s, half_cpu_s = (
+          step_seconds(compiled, c, n, shape, steps, repeats, n // 2) if n > 1 else (None, None)
+        )
         flops = flops_token * shape[0] * shape[1] * n
         rows.append(
           dict(
@@ -252,6 +259,8 @@ def run(
             replica_step_ms=step_s * 1e3 / n,
             step_cpu_ms=step_cpu_s * 1e3,
             replica_step_cpu_ms=step_cpu_s * 1e3 / n,
+            half_stopped_step_ms=None if half_s is None else half_s * 1e3,
+            half_stopped_step_cpu_ms=None if half_cpu_s is None else half_cpu_s * 1e3,
             flops_per_replica_step=flops / n,
             gflops=flops / step_s / 1e9,
             peak_gflops=peak / 1e9,
@@ -291,10 +300,12 @@ SUITE = Suite(
     "step_ms",
     "replica_step_ms",
     "replica_step_cpu_ms",
+    "half_stopped_step_cpu_ms",
     "gflops",
     "fraction_of_peak",
     "load_avg_1m",
   ),
   description="the sweep engine per arm: cold / warm compile of its programs, ms per "
-  "replica-step at N replicas, achieved FLOP/s against the matmul peak",
+  "replica-step at N replicas, a step with half of them stopped, achieved FLOP/s against the "
+  "matmul peak",
 )

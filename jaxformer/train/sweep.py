@@ -31,7 +31,9 @@ params a SweepResult returns are the model's pytree again. The init program runs
 it compiles without LLVM's optimizations (RUN_ONCE); short CPU sweeps compile all three with
 cheaper options (`compiler_options`). Each device runs the train and eval steps over its
 replicas in groups (`replica_chunk`: one at a time on a CPU, 3 on an accelerator), one vmapped
-group after another. `programs(config, n,
+group after another. A replica's step is a branch on its `active` flag: one at a time, a
+stopped replica's step is skipped (a sweep whose fast replicas stopped early pays only for
+the others); in a vmapped group it is a select, computed and discarded. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
@@ -211,11 +213,21 @@ class _FlatModel:
 
 def _replica_step(state, batch, hyper, active, *, config, model):
   """One step of one replica; an inactive replica (stopped, diverged) keeps its state, and a
-  non-finite step makes it inactive from then on."""
+  non-finite step makes it inactive from then on. The step is a lax.cond on `active`: run
+  one replica at a time (a CPU's lax.map) a stopped replica costs nothing, while under vmap
+  (an accelerator's groups) the cond is a select of both branches, as before. The loss of a
+  replica that did not run is 0 (the caller records only the replicas that ran)."""
   tx = optimizer.make(config, hyper["learning_rate"], hyper["weight_decay"])
-  new, metrics = step.train_step(state, batch, model=model, tx=tx)
-  new = jax.tree.map(lambda n, o: jnp.where(active, n, o), new, state)
-  return new, metrics["loss"], active & metrics["finite"]
+
+  def ran(state):
+    new, metrics = step.train_step(state, batch, model=model, tx=tx)
+    return new, metrics["loss"], metrics["finite"]
+
+  def kept(state):
+    return state, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.bool_)
+
+  new, loss, finite = jax.lax.cond(active, ran, kept, state)
+  return new, loss, active & finite
 
 
 def _replica_init(rng, hyper, *, config, model, batch_shape):
@@ -343,7 +355,9 @@ def _over_replicas(fn, sharded, shared=(), chunk=REPLICA_CHUNK):
       it = iter(xs)
       return fn(*(args[i] if i in shared else next(it) for i in range(len(args))))
 
-    return jax.lax.map(one, own, batch_size=chunk)
+    # groups of 1: a plain loop over unbatched replicas, so a branch on one replica's value
+    # (the train step's lax.cond on `active`) stays a branch instead of a select
+    return jax.lax.map(one, own, batch_size=None if chunk == 1 else chunk)
 
   if sharded is None:
     return local

@@ -31,6 +31,10 @@ def test_sweep_suite_tiny():
     )
     assert r["fraction_of_peak"] == pytest.approx(r["gflops"] / r["peak_gflops"])
     assert math.isfinite(r["fraction_of_peak"]) and r["fraction_of_peak"] > 0
+    if r["replicas"] > 1:  # a step with half of the replicas stopped was timed too
+      assert 0 < r["half_stopped_step_cpu_ms"] and 0 < r["half_stopped_step_ms"] < 1e5
+    else:
+      assert r["half_stopped_step_ms"] is None
   # the FLOPs per replica-step do not depend on how many replicas share the step
   assert len({r["flops_per_replica_step"] for r in steps}) == 1
 

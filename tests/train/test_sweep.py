@@ -221,3 +221,30 @@ def test_short_cpu_sweeps_compile_fast_and_long_or_accelerator_ones_keep_the_def
   gpu = sweep.compiler_options(_config(), "cuda")
   for options in (long, gpu):
     assert options == {"init": sweep.RUN_ONCE, "train_step": None, "eval_step": None}
+
+
+def test_a_stopped_replica_is_skipped_on_a_cpu_and_keeps_its_state(three):
+  # `three` compiled this program (3 replicas: one device, one replica at a time)
+  c = program.resolve(_config(), data.get_dataset(TASK, "train", None))
+  compiled, seconds = sweep.programs(c, 3, (8, 8), (8, 8))
+  assert seconds == 0.0
+  # on a CPU the step is a branch per replica, so a stopped one costs nothing
+  assert "conditional" in compiled.train.as_text()
+  keys = jax.vmap(jax.random.key)(np.arange(3, dtype=np.uint32))
+  hyper = {"learning_rate": np.full(3, 1e-2, np.float32), "weight_decay": np.zeros(3, np.float32)}
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, 16, (3, 8, 8), dtype=np.int32)
+  batch = {"inputs": tokens, "targets": tokens, "mask": np.ones_like(tokens)}
+  before = jax.device_get(compiled.init(keys, hyper))
+  ran, loss_all, _ = compiled.train(compiled.init(keys, hyper), batch, hyper, np.ones(3, bool))
+  mask = np.array([True, False, True])
+  some, loss_some, still = compiled.train(compiled.init(keys, hyper), batch, hyper, mask)
+  assert list(np.asarray(still)) == [True, False, True]
+  leaves = (jax.tree.leaves(ran), jax.tree.leaves(some), jax.tree.leaves(before))
+  for r, s, b in zip(*leaves, strict=True):
+    np.testing.assert_array_equal(np.asarray(s)[1], b[1])  # the stopped one: unchanged
+    np.testing.assert_array_equal(np.asarray(s)[[0, 2]], np.asarray(r)[[0, 2]])
+  np.testing.assert_array_equal(np.asarray(loss_some)[[0, 2]], np.asarray(loss_all)[[0, 2]])
+  # replica 1 steps when it is active (its step count; the first step's rate is 0: warmup)
+  assert list(np.asarray(ran["step"]) - before["step"]) == [1, 1, 1]
+  assert list(np.asarray(some["step"]) - before["step"]) == [1, 0, 1]
