@@ -15,7 +15,9 @@ ones the variable lists. Points (phase:step), in the order the loop reaches them
   nospace:s  just before the save of step s, files stop growing past NOSPACE_BYTES
            (RLIMIT_FSIZE: writes fail with EFBIG, as on a full disk), for the rest of the run;
            the loop then waits for that save to fail, so the next step is the one to see it
-  save:s   the save of step s dispatched: Orbax's async write is in flight
+  save:s   the save of step s dispatched and its `<s>.orbax-checkpoint-tmp...` directory made:
+           Orbax's async write is in flight (Orbax makes that directory on its writer thread,
+           so the point waits for it; a kill right at dispatch could land before any write)
   saved:s  the save of step s durable on disk (the point waits for it, then kills)
 
 A kill is SIGKILL: no signal handler, no `finally`, no flush, as from the OOM killer or a
@@ -25,10 +27,12 @@ lost host. Nothing here runs when the variable is unset.
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
 from jaxformer import ladder
+from jaxformer.train.checkpoint import ORBAX_TMP
 
 ENV = "JAXFORMER_FAULT_AT"
 PHASES = ("init", "term", "nan", "step", "eval", "nospace", "save", "saved")
@@ -75,7 +79,7 @@ class Faults:
 
   def saved(self, step, ckpt):
     self.after_save(step, ckpt.settle)
-    self.kill("save", step)
+    self.kill("save", step, before=lambda: write_begun(ckpt.directory, step))
     self.kill("saved", step, before=ckpt.wait)
 
   # --- the faults -----------------------------------------------------------------------------
@@ -124,3 +128,18 @@ class Faults:
     if ("nan", step) not in self.points:
       return batch
     return {**batch, "inputs": np.full_like(batch["inputs"], vocab_size)}
+
+
+def write_begun(directory, step, timeout=30.0, poll=2e-4):
+  """Returns once `directory` holds step's in-flight directory (`<step>.orbax-checkpoint-tmp...`)
+  or its finished one, or after `timeout` seconds; True if the write was seen in flight."""
+  tmp, done = f"{step}{ORBAX_TMP}", str(step)
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    if any(n.startswith(tmp) for n in names):
+      return True
+    if done in names:
+      return False
+    time.sleep(poll)
+  return False

@@ -48,3 +48,15 @@ def test_kill_sends_sigkill_after_before():
   )
   assert result.returncode == -signal.SIGKILL
   assert result.stdout == "waited\n" and "SIGKILL at saved:4" in result.stderr
+
+
+def test_the_save_point_waits_until_the_write_is_in_flight(tmp_path):
+  # Orbax makes `<step>.orbax-checkpoint-tmp...` on its writer thread: the save point waits
+  # for it (a kill right at dispatch once landed before it existed), or for the finished step
+  assert faults.write_begun(tmp_path / "none", 6, timeout=0.01) is False  # no directory yet
+  (tmp_path / "5.orbax-checkpoint-tmp-123").mkdir()
+  assert faults.write_begun(tmp_path, 6, timeout=0.01) is False  # another step's write
+  (tmp_path / "6.orbax-checkpoint-tmp-456").mkdir()
+  assert faults.write_begun(tmp_path, 6) is True
+  (tmp_path / "7").mkdir()
+  assert faults.write_begun(tmp_path, 7) is False  # finished before the point looked
