@@ -90,13 +90,13 @@ def test_a_recurrent_model_sweeps_along_the_devices():
 
 def test_the_eval_sums_run_in_groups_so_their_memory_is_that_of_a_group(monkeypatch):
   monkeypatch.setattr(sweep, "CPU_REPLICA_CHUNK", sweep.REPLICA_CHUNK)  # an accelerator's 3
-  sweep.clear_compiled()
   c = program.resolve(_config(), data.get_dataset(TASK, "train", None))
   temp = {}
-  for n in (3, 6):  # both on one device (fewer replicas than devices)
-    compiled, _ = sweep.programs(c, n, (8, 8), (8, 8))
-    temp[n] = compiled.evaluate.memory_analysis().temp_size_in_bytes
-  sweep.clear_compiled()
+  for n in (3, 6):  # both on one device (neither divides the 8 devices); the eval alone
+    _, _, built = sweep.jitted(c, n, (8, 8), (8, 8))
+    evaluate, args, options = built["eval_step"]
+    compiled = evaluate.lower(*args).compile(compiler_options=options)
+    temp[n] = compiled.memory_analysis().temp_size_in_bytes
   assert temp[6] < 1.5 * temp[3]  # one vmap of 6: twice the temporaries of 3 (measured)
 
 
