@@ -75,6 +75,23 @@ def test_each_device_runs_its_replicas_in_groups(monkeypatch):
     np.testing.assert_allclose(a.evals, b.evals, rtol=2e-6, atol=2e-6)
 
 
+def test_a_cpu_pads_the_replicas_to_a_multiple_of_its_devices_with_idle_ones():
+  devices = jax.local_devices()  # 8 (tests/conftest.py)
+  assert sweep.padded_count(5, devices[:2], "cpu") == 6  # 3 and 3 over 2 cores, not 5 on one
+  assert sweep.padded_count(10, devices, "cpu") == 16
+  assert sweep.padded_count(3, devices, "cpu") == 3  # fewer than the devices: one device
+  assert sweep.padded_count(16, devices, "cpu") == 16
+  assert sweep.padded_count(10, devices, "gpu") == 10  # a vmapped group would compute them
+  replicas = sweep.grid(range(5), (1e-3, 1e-2))  # 10: trained as 16 over the 8 devices
+  padded = sweep.train(_config(), replicas)
+  assert len(padded.runs) == 10 and [r.final_step for r in padded.runs] == [4] * 10
+  assert {x.shape[0] for x in jax.tree.leaves(padded.params)} == {10}
+  alone = sweep.train(_config(), replicas[7:])  # 3 replicas: one device
+  for a, b in zip(padded.runs[7:], alone.runs, strict=True):  # the last is what pads copy
+    np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(a.evals, b.evals, rtol=2e-6, atol=2e-6)
+
+
 def test_a_recurrent_model_sweeps_along_the_devices():
   # an LSTM's scan starts from zeros that do not vary over the replica axis (shard_map's check)
   c = _config()
