@@ -109,7 +109,7 @@ def test_the_eval_sums_run_in_groups_so_their_memory_is_that_of_a_group(monkeypa
   monkeypatch.setattr(sweep, "CPU_REPLICA_CHUNK", sweep.REPLICA_CHUNK)  # an accelerator's 3
   c = program.resolve(_config(), data.get_dataset(TASK, "train", None))
   temp = {}
-  for n in (3, 6):  # both on one device (neither divides the 8 devices); the eval alone
+  for n in (3, 6):  # both on one device (fewer replicas than devices); the eval alone
     _, _, built = sweep.jitted(c, n, (8, 8), (8, 8))
     evaluate, args, options = built["eval_step"]
     compiled = evaluate.lower(*args).compile(compiler_options=options)
