@@ -45,7 +45,10 @@ when a design's content changes and its version does not (`python -m experiments
    or its best validation accuracy over the last `plateau_window` of its budget improved on
    its best before by less than `plateau_tolerance`. While a replica at the selected point
    has not, the arm's whole grid retrains at `plateau_growth` x the budget, up to
-   `step_cap`. A criterion that reads an arm that never plateaus is UNRESOLVED ("still
+   `step_cap`: from step 0 under the default cosine schedule (its every step depends on the
+   budget), and under a "wsd" one (a design's `lr_schedule`) each replica continues from
+   the first step of the shorter budget's decay (sweep.Continuation: the same numbers as
+   training the longer budget from step 0, for the steps after that one only). A criterion that reads an arm that never plateaus is UNRESOLVED ("still
    learning at N steps");
 4. the criteria are computed twice, from the confirmatory seeds (the verdict of record) and
    from the exploratory seeds; a criterion on which they disagree is UNRESOLVED. Each
@@ -150,7 +153,15 @@ def set_sweep_defaults(c, total_steps):
 
 # Training fields an experiment config may set for every arm (the rest keep the defaults of
 # jaxformer/train/config.py); seed and learning rate come from the sweep.
-SCHEDULE = ("batch_size", "total_steps", "eval_every", "early_stop_accuracy", "warmup_steps")
+SCHEDULE = (
+  "batch_size",
+  "total_steps",
+  "eval_every",
+  "early_stop_accuracy",
+  "warmup_steps",
+  "lr_schedule",
+  "lr_decay_fraction",
+)
 
 
 # --- the registered design ----------------------------------------------------------------
@@ -727,19 +738,30 @@ def train_arm(arm, config, log=print, store=None):
   history = []
   start = time.perf_counter()
 
+  shorter = []  # the keys of `done` at the budget before this one (a "wsd" grows from them)
+
   def run(seed_list, rates, weight_decays):
     tc = harness.train_config(
       arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": budget})
     )
+    replicas = sweep.grid(seed_list, tuple(rates), tuple(weight_decays))
+    resume = sweep.Continuation.merge([done[k].continuation for k in shorter if k in done])
+    if resume is not None:  # None when a rate or seed is new at this budget: from step 0
+      resume = resume.only(replicas)
     result = sweep.train(
       tc,
-      sweep.grid(seed_list, tuple(rates), tuple(weight_decays)),
+      replicas,
       log=lambda text, a=arm: log(f"      {a.model} @ {a.setting}: {text}"),
       store=store,
+      resume=resume,
     )
     if result.read_back:
       history.append(
         {"what": f"{budget} steps at {list(rates)}: read back from the workdir's sweeps/"}
+      )
+    elif resume is not None:
+      history.append(
+        {"what": f"{budget} steps at {list(rates)}: continued from step {resume.step}"}
       )
     return result
 
@@ -790,6 +812,7 @@ def train_arm(arm, config, log=print, store=None):
       history.append(
         {"what": f"budget {budget} -> {grown} steps (still learning)", "budget": grown}
       )
+      shorter = [k for k in done if k[-1] == budget]
       budget = grown
       continue
     arm_result.seconds = time.perf_counter() - start

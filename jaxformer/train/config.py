@@ -82,8 +82,12 @@ def get_config(rung="transformer", size="cpu"):
   # count up to 512, so the default mesh (every device data parallel) fits any of them.
   c.batch_size = 512 if accel else 64
   c.total_steps = 20_000 if accel else 600  # train steps (micro-steps when accumulating)
-  c.learning_rate = 3e-3 if recurrent else 1e-3  # peak of warmup + cosine decay
-  c.end_learning_rate_factor = 0.1  # the cosine ends at learning_rate * this
+  c.learning_rate = 3e-3 if recurrent else 1e-3  # the schedule's peak
+  # "cosine": warmup + cosine decay; "wsd": warmup, the peak, then a linear decay over the
+  # last lr_decay_fraction of the steps (a run continues exactly into a longer budget)
+  c.lr_schedule = "cosine"
+  c.lr_decay_fraction = 0.2
+  c.end_learning_rate_factor = 0.1  # the schedule ends at learning_rate * this
   c.warmup_steps = 1000 if accel else 50  # linear warmup from 0
   c.weight_decay = 0.1  # AdamW decoupled decay; norms and biases are skipped
   c.adam_b1 = 0.9  # AdamW first-moment decay

@@ -1,8 +1,16 @@
-"""The optimizer: AdamW with warmup + cosine decay, gradient clipping, optional accumulation.
+"""The optimizer: AdamW with a warmup schedule, gradient clipping, optional accumulation.
 
+lr_schedule = "cosine" (the default): warmup + cosine decay,
   lr(t) = peak * t / warmup                                        t < warmup
         = end + (peak - end) * (1 + cos(pi * (t - warmup) / (T - warmup))) / 2   after
-with t counting optimizer updates and T = total_steps // grad_accum_steps.
+lr_schedule = "wsd" (warmup, stable, decay; Hägele et al. 2024, "Scaling Laws and
+Compute-Optimal Training Beyond Fixed Training Durations"): the same warmup, then the peak
+until S = floor((1 - lr_decay_fraction) * T), then a linear decay to `end` at T,
+  lr(t) = peak                                                     warmup <= t < S
+        = peak + (end - peak) * (t - S) / (T - S)                  S <= t
+with t counting optimizer updates, T = total_steps // grad_accum_steps and end = peak *
+end_learning_rate_factor. Under "wsd" every update before S is the same for any longer T, so
+a run stopped at step S continues exactly into a longer budget (`continues_until`).
 Weight decay skips norm parameters and biases (decaying a LayerNorm scale towards 0 or a
 bias towards 0 only fights the model; GPT-2 and nanoGPT decay matrices only).
 With `grad_accum_steps = k > 1`, `optax.MultiSteps` averages k batches of gradients and
@@ -36,22 +44,61 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, nn.meta.unbox(params))
 
 
-def schedule(config, peak=None):
-  """Warmup + cosine decay over optimizer updates (train steps // grad_accum_steps), as
-  `peak * shape(t)` where shape rises to 1 and ends at end_learning_rate_factor: the peak
-  may be a traced value (one per replica of a sweep), the shape stays static."""
+SCHEDULES = ("cosine", "wsd")
+
+
+def _updates(config):
+  """(T, warmup): optimizer updates in all, and in the warmup."""
   accum = config.grad_accum_steps
   updates = max(config.total_steps // accum, 1)
-  warmup = min(config.warmup_steps // accum, updates)
-  shape = optax.warmup_cosine_decay_schedule(
-    init_value=0.0,
-    peak_value=1.0,
-    warmup_steps=warmup,
-    decay_steps=max(updates, warmup + 1),
-    end_value=config.end_learning_rate_factor,
-  )
+  return updates, min(config.warmup_steps // accum, updates)
+
+
+def _stable_end(config):
+  """S: the first update of a "wsd" schedule's decay."""
+  updates, warmup = _updates(config)
+  return max(warmup, math.floor((1 - config.lr_decay_fraction) * updates))
+
+
+def schedule(config, peak=None):
+  """The learning rate per optimizer update (train steps // grad_accum_steps), as
+  `peak * shape(t)` where shape rises to 1 and ends at end_learning_rate_factor: the peak
+  may be a traced value (one per replica of a sweep), the shape stays static."""
+  updates, warmup = _updates(config)
+  end = config.end_learning_rate_factor
+  if config.get("lr_schedule", "cosine") == "wsd":
+    stable = _stable_end(config)
+    shape = optax.join_schedules(
+      [
+        optax.linear_schedule(0.0, 1.0, max(warmup, 1)),
+        optax.constant_schedule(1.0),
+        optax.linear_schedule(1.0, end, max(updates - stable, 1)),
+      ],
+      boundaries=[warmup, stable],
+    )
+  else:
+    shape = optax.warmup_cosine_decay_schedule(
+      init_value=0.0,
+      peak_value=1.0,
+      warmup_steps=warmup,
+      decay_steps=max(updates, warmup + 1),
+      end_value=end,
+    )
   peak = config.learning_rate if peak is None else peak
   return lambda count: peak * shape(count)
+
+
+def continues_until(config):
+  """The train steps after which a run of `config` is the same as the first steps of any
+  longer run (more total_steps, nothing else changed): the start of a "wsd" schedule's
+  decay; 0 for a cosine (its every update depends on total_steps) or a warmup cut short by
+  total_steps."""
+  validate(config)
+  accum = config.grad_accum_steps
+  updates, warmup = _updates(config)
+  if config.get("lr_schedule", "cosine") != "wsd" or config.warmup_steps // accum > warmup:
+    return 0
+  return _stable_end(config) * accum
 
 
 def validate(config):
@@ -65,6 +112,12 @@ def validate(config):
       raise OptimizerError(f"{field}={value!r}: must be a finite number >= 0")
   if c.learning_rate <= 0:
     raise OptimizerError(f"learning_rate={c.learning_rate!r}: must be > 0")
+  kind = c.get("lr_schedule", "cosine")
+  if kind not in SCHEDULES:
+    raise OptimizerError(f"lr_schedule={kind!r}: expected one of {SCHEDULES}")
+  fraction = c.get("lr_decay_fraction", 0.2)
+  if not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+    raise OptimizerError(f"lr_decay_fraction={fraction!r}: must be in (0, 1]")
   for field in ("adam_b1", "adam_b2"):
     if not 0 <= c[field] < 1:
       raise OptimizerError(f"{field}={c[field]!r}: must be in [0, 1)")

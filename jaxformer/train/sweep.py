@@ -111,6 +111,8 @@ class SweepResult:
   train_seconds: float
   steps: int  # program steps run (the longest replica)
   read_back: bool = False  # read from a store (sweep_store), not trained by this call
+  # the replicas where a longer run would pass through them (a "wsd" schedule), else None
+  continuation: "Continuation | None" = None
 
   def replica_params(self, i):
     return jax.tree.map(lambda x: x[i], self.params)
@@ -508,13 +510,64 @@ def _evaluate(evaluate, params, batches):
   return totals["loss_sum"] / weight, totals["correct_sum"] / weight
 
 
-def train(config, replicas, *, log=None, keep_params=True, store=None):
+@dataclasses.dataclass
+class Continuation:
+  """Every replica of a sweep at train step `step`, where its run is the same as the first
+  steps of any longer run of the same config (optimizer.continues_until: a "wsd" schedule's
+  stable part ends there). `train(longer, replicas, resume=c)` continues from here, and its
+  result equals that of training `longer` from step 0: only the steps after `step` run.
+
+  `rows`: Replica -> its state (host arrays), losses, evals, stop reason and flags at `step`.
+  `basis`: the resolved config as a dict, total_steps removed (what a longer run must match).
+  Held in memory only (a sweep read back from a store has none)."""
+
+  step: int
+  rows: dict
+  basis: dict
+
+  def covers(self, config, replicas):
+    """Why `train(config, replicas, resume=self)` cannot continue, or None when it can."""
+    if _basis(config) != self.basis:
+      return "its config differs in more than total_steps"
+    if optimizer.continues_until(config) < self.step:
+      return f"total_steps={config.total_steps} is not longer than the run it continues"
+    missing = [r for r in replicas if r not in self.rows]
+    if missing:
+      return f"no state for {len(missing)} replicas (the first: {missing[0]})"
+    return None
+
+  def only(self, replicas):
+    """This continuation of `replicas` alone, or None when it lacks one of them."""
+    if any(r not in self.rows for r in replicas):
+      return None
+    return Continuation(self.step, {r: self.rows[r] for r in replicas}, self.basis)
+
+  @staticmethod
+  def merge(parts):
+    """One Continuation of the replicas of several (sweeps of one config at one step)."""
+    parts = [p for p in parts if p is not None]
+    if not parts or any(p.step != parts[0].step or p.basis != parts[0].basis for p in parts):
+      return None
+    return Continuation(
+      parts[0].step, {k: v for p in parts for k, v in p.rows.items()}, parts[0].basis
+    )
+
+
+def _basis(config):
+  values = config.to_dict()
+  values.pop("total_steps")
+  return values
+
+
+def train(config, replicas, *, log=None, keep_params=True, store=None, resume=None):
   """Trains every replica of `config` in one program; returns a SweepResult.
 
   `config` is a training config (jaxformer/train/config.py); each Replica replaces its seed,
   learning rate and weight decay. `log(text)` receives progress lines (None: quiet).
   `store`: a directory of finished sweeps (jaxformer/train/sweep_store.py): a sweep with the
   same key there is read back instead of trained, and a finished one is written there.
+  `resume`: a Continuation of a shorter run of the same config (a "wsd" schedule) holding
+  every replica: only the steps after it run, and the result is the same.
   Raises ConfigError / DataError naming the field for a config that cannot run.
   """
   program.check_config(config)
@@ -529,13 +582,19 @@ def train(config, replicas, *, log=None, keep_params=True, store=None):
     for split in ("train", "test")
   )
   config = program.resolve(config, train_ds)  # model.vocab_size / max_len from the task
+  if resume is not None:
+    why = resume.covers(config, replicas)
+    if why:
+      raise ladder.ConfigError(f"resume: cannot continue this sweep: {why}")
   entry = sweep_store.key(config, replicas, (train_ds, test_ds), keep_params) if store else None
   stored = sweep_store.load(store, entry) if entry else None
   if stored is not None:
     log(f"read back from {os.path.join(store, entry)} (trained before with the same inputs)")
     runs = [Run(**r) for r in stored.pop("runs")]
     return SweepResult(config=config, runs=runs, read_back=True, **stored)
-  result = _train(config, replicas, train_ds, test_ds, log, keep_params)
+  if resume is not None:
+    log(f"continues from step {resume.step} (the same steps as a run of {config.total_steps})")
+  result = _train(config, replicas, train_ds, test_ds, log, keep_params, resume)
   if entry:
     why = sweep_store.save(store, entry, result)
     if why:
@@ -543,7 +602,7 @@ def train(config, replicas, *, log=None, keep_params=True, store=None):
   return result
 
 
-def _train(config, replicas, train_ds, test_ds, log, keep_params):
+def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
   """sweep.train's training, on the resolved config and the in-memory splits."""
   chance, chance_rule = data.chance(train_ds)
   real = len(replicas)  # the rest, copies of the last, never train (padded_count)
@@ -566,22 +625,61 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params):
     "learning_rate": put(np.asarray(lrs, np.float32)),
     "weight_decay": put(np.asarray(wds, np.float32)),
   }
-  keys = put(jax.vmap(jax.random.key)(jnp.asarray([r.seed for r in replicas], jnp.uint32)))
-  state = init(keys, hyper)
 
   seeds = sorted({r.seed for r in replicas})
-  loaders = {s: iter(data.Loader(train_ds, B, seed=s, shard_index=0, shard_count=1)) for s in seeds}
+  loaders = {s: data.Loader(train_ds, B, seed=s, shard_index=0, shard_count=1) for s in seeds}
   row = [seeds.index(r.seed) for r in replicas]
   active = np.arange(n) < real  # host copy, exact at each host read
-  active_dev = put(active)
   stop_reason = ["completed"] * n
   losses = [[] for _ in range(n)]
   evals = [[] for _ in range(n)]
+  s = 0
+  if resume is None:
+    keys = put(jax.vmap(jax.random.key)(jnp.asarray([r.seed for r in replicas], jnp.uint32)))
+    state = init(keys, hyper)
+    running = active.copy()
+  else:  # every replica as it was at resume.step; the padding copies the last, stopped
+    rows = [resume.rows[r] for r in replicas]
+    state = jax.tree.map(lambda *xs: put(np.stack(xs)), *(r["state"] for r in rows))
+    running = np.asarray([r["running"] for r in rows]) & (np.arange(n) < real)
+    for i, r in enumerate(rows[:real]):
+      active[i], stop_reason[i] = r["active"], r["stop_reason"]
+      losses[i], evals[i] = list(r["losses"]), list(r["evals"])
+    s = resume.step
+    for loader in loaders.values():
+      loader.set_state(loader.get_state() | {"step": s})
+  active_dev = put(running)
+  # a longer run's step `until` is no final step: it evaluates only on the eval_every grid
+  until = optimizer.continues_until(config)
+  until = until if until < config.total_steps else 0
+  continuation = None
   pending = []  # device metrics of the steps since the last host read
   target = config.early_stop_accuracy
 
+  def flush():
+    """The pending steps' losses onto each replica's list."""
+    for loss_N, ran_N in jax.device_get(pending):
+      for i in np.flatnonzero(ran_N):
+        losses[i].append(float(loss_N[i]))
+    pending.clear()
+
+  def capture():
+    flush()
+    host = jax.device_get(state)
+    flags = np.asarray(jax.device_get(active_dev))
+    rows = {}
+    for i, r in enumerate(replicas[:real]):
+      rows[r] = {
+        "state": jax.tree.map(lambda x, i=i: x[i], host),
+        "losses": list(losses[i]),
+        "evals": list(evals[i]),
+        "active": bool(active[i]),
+        "running": bool(flags[i]),
+        "stop_reason": stop_reason[i],
+      }
+    return Continuation(s, rows, _basis(config))
+
   start = time.perf_counter()
-  s = 0
   while s < config.total_steps and active.any():
     batches = [next(loaders[seed]) for seed in seeds]
     batch = {k: put(np.stack([batches[i][k] for i in row])) for k in batches[0]}
@@ -589,32 +687,33 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params):
     pending.append((loss, active_dev))
     active_dev = still
     s += 1
-    if s % config.eval_every and s != config.total_steps:
-      continue
-    # --- host read: losses, divergence -------------------------------------------------------
-    was_active = active.copy()
-    for loss_N, ran_N in jax.device_get(pending):
-      for i in np.flatnonzero(ran_N):
-        losses[i].append(float(loss_N[i]))
-    pending = []
-    diverged = was_active & ~np.asarray(jax.device_get(active_dev))
-    for i in np.flatnonzero(diverged):
-      active[i], stop_reason[i] = False, "diverged"
-    # --- eval ----------------------------------------------------------------------------------
-    val = _evaluate(evaluate, state["params"], validation)
-    ev = _evaluate(evaluate, state["params"], evaluation)
-    for i in np.flatnonzero(was_active):
-      evals[i].append((s, float(val[0][i]), float(val[1][i]), float(ev[0][i]), float(ev[1][i])))
-      if active[i] and target is not None and val[1][i] >= target:
-        active[i], stop_reason[i] = False, "early_stop"
-    active_dev = put(active)
-    best = float(np.nanmax(val[1][was_active])) if was_active.any() else math.nan
-    log(
-      f"step {s}/{config.total_steps}: {int(active.sum())}/{real} replicas training, "
-      f"best validation accuracy {best:.3f}"
-    )
+    if s % config.eval_every == 0 or s == config.total_steps:
+      # --- host read: losses, divergence -----------------------------------------------------
+      was_active = active.copy()
+      flush()
+      diverged = was_active & ~np.asarray(jax.device_get(active_dev))
+      for i in np.flatnonzero(diverged):
+        active[i], stop_reason[i] = False, "diverged"
+      # --- eval --------------------------------------------------------------------------------
+      val = _evaluate(evaluate, state["params"], validation)
+      ev = _evaluate(evaluate, state["params"], evaluation)
+      for i in np.flatnonzero(was_active):
+        evals[i].append((s, float(val[0][i]), float(val[1][i]), float(ev[0][i]), float(ev[1][i])))
+        if active[i] and target is not None and val[1][i] >= target:
+          active[i], stop_reason[i] = False, "early_stop"
+      active_dev = put(active)
+      best = float(np.nanmax(val[1][was_active])) if was_active.any() else math.nan
+      log(
+        f"step {s}/{config.total_steps}: {int(active.sum())}/{real} replicas training, "
+        f"best validation accuracy {best:.3f}"
+      )
+    if s == until:
+      continuation = capture()
+  if continuation is None and s < until:  # every replica stopped before `until`: so would a
+    continuation = capture()  # longer run's, at the same step
   jax.block_until_ready(state)
   train_seconds = time.perf_counter() - start
+  flush()
 
   runs = [
     Run(r.seed, lrs[i], wds[i], losses[i], evals[i], len(losses[i]), stop_reason[i])
@@ -633,4 +732,5 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params):
     compile_seconds=compile_seconds,
     train_seconds=train_seconds,
     steps=s,
+    continuation=continuation,
   )

@@ -12,7 +12,7 @@ import pytest
 
 from experiments import designs, protocol, report
 from jaxformer import ladder
-from jaxformer.train import sweep
+from jaxformer.train import optimizer, sweep
 
 THRESHOLD = 0.9
 FULL_SEEDS = {"confirmatory_seeds": (0, 1, 2, 3, 4)}
@@ -260,17 +260,22 @@ def fake_sweep(monkeypatch):
 
   calls = Calls()
 
-  def train(config, replicas, log=None, store=None):
+  def train(config, replicas, log=None, store=None, resume=None):
     budget, width = int(config.total_steps), int(config.model.d_model)
     calls.append((width, budget, sorted({r.learning_rate for r in replicas})))
     seeds_of.append(sorted({r.seed for r in replicas}))
+    resumed.append(None if resume is None else (resume.step, set(resume.rows)))
     learns_by = lambda lr: 2000 if width == 8 else 300 * 3e-3 / lr  # noqa: E731
     runs = [_run(r.seed, r.learning_rate, budget, learns_by(r.learning_rate)) for r in replicas]
-    return sweep.SweepResult(config, runs, None, 0.25, "1/K", 0.0, 0.0, budget)
+    # a "wsd" sweep hands on its replicas at the start of its decay (each a stand-in row)
+    until = optimizer.continues_until(config)
+    rows = {r: {"budget": budget} for r in replicas}
+    continuation = sweep.Continuation(until, rows, {}) if until else None
+    return sweep.SweepResult(config, runs, None, 0.25, "1/K", 0.0, 0.0, budget, False, continuation)
 
-  seeds_of = []
+  seeds_of, resumed = [], []
   monkeypatch.setattr(protocol.sweep, "train", train)
-  calls.seeds = seeds_of
+  calls.seeds, calls.resumed = seeds_of, resumed
   return calls
 
 
@@ -312,6 +317,33 @@ def test_a_rate_selected_at_an_edge_extends_the_grid_up_to_its_cap(fake_sweep):
   )
   assert no_cap.learning_rates == [1e-3, 3e-3]
   assert [h["what"] for h in no_cap.history if "learning_rate" in h] == []
+
+
+def test_under_a_wsd_schedule_a_growing_budget_continues_each_sweep_it_can(fake_sweep):
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  config = _config(total_steps=200, step_cap=800, confirm_at_selected=True, lr_schedule="wsd")
+  r = protocol.train_arm(arm, config, log=lambda t: None)
+  assert [b for _, b, _ in fake_sweep] == [200, 200, 400, 400, 800, 800]
+  grid = sweep.grid([100], (1e-3, 3e-3), (0.1,))
+  confirm = sweep.grid([0, 1, 2], (3e-3,), (0.1,))
+  # each budget's grid and confirmatory sweep continue from the start of the last one's decay
+  assert fake_sweep.resumed == [
+    None,
+    None,
+    (160, set(grid)),
+    (160, set(confirm)),
+    (320, set(grid)),
+    (320, set(confirm)),
+  ]
+  assert [h["what"] for h in r.history if "continued" in h["what"]] == [
+    "400 steps at [0.001, 0.003]: continued from step 160",
+    "400 steps at [0.003]: continued from step 160",
+    "800 steps at [0.001, 0.003]: continued from step 320",
+    "800 steps at [0.003]: continued from step 320",
+  ]
+  config.lr_schedule = "cosine"
+  cosine = protocol.train_arm(arm, config, log=lambda t: None)
+  assert cosine.budget == 800 and fake_sweep.resumed[6:] == [None] * 6  # from step 0
 
 
 def test_an_arm_trained_again_with_its_store_reads_every_sweep_back(tmp_path, monkeypatch):

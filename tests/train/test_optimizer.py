@@ -24,6 +24,23 @@ def test_schedule_warms_up_then_cosine_decays_to_end_factor():
   np.testing.assert_allclose(float(lr(100)), 2e-4, rtol=1e-5)
 
 
+def test_wsd_warms_up_holds_the_peak_then_decays_linearly_over_its_last_fraction():
+  fields = dict(warmup_steps=10, learning_rate=2e-3, lr_schedule="wsd", lr_decay_fraction=0.2)
+  c = tiny_config(total_steps=100, end_learning_rate_factor=0.1, **fields)
+  lr = optimizer.schedule(c)
+  np.testing.assert_allclose([float(lr(t)) for t in (0, 5, 10, 50, 79)], [0, 1e-3] + [2e-3] * 3)
+  np.testing.assert_allclose(float(lr(90)), (2e-3 + 2e-4) / 2, rtol=1e-6)  # halfway down
+  np.testing.assert_allclose(float(lr(100)), 2e-4, rtol=1e-6)
+  assert optimizer.continues_until(c) == 80
+  # every update before the decay is the same for a longer budget; not for a cosine
+  longer = optimizer.schedule(tiny_config(total_steps=250, end_learning_rate_factor=0.1, **fields))
+  assert [float(longer(t)) for t in range(80)] == [float(lr(t)) for t in range(80)]
+  assert float(longer(81)) == float(lr(79)) > float(lr(81))
+  assert optimizer.continues_until(tiny_config(total_steps=100, warmup_steps=10)) == 0
+  cut = tiny_config(total_steps=8, warmup_steps=10, lr_schedule="wsd")  # warmup cut short
+  assert optimizer.continues_until(cut) == 0
+
+
 def test_schedule_counts_updates_under_accumulation():
   c = tiny_config(total_steps=100, warmup_steps=10, grad_accum_steps=5)
   np.testing.assert_allclose(float(optimizer.schedule(c)(2)), c.learning_rate, rtol=1e-6)
@@ -92,6 +109,8 @@ def test_accumulation_of_two_halves_equals_one_full_batch():
     ("adam_b2", 1.0, "adam_b2=1.0"),
     ("grad_accum_steps", 0, "grad_accum_steps=0"),
     ("warmup_steps", -1, "warmup_steps=-1"),
+    ("lr_schedule", "linear", "lr_schedule='linear': expected one of"),
+    ("lr_decay_fraction", 0.0, "lr_decay_fraction=0.0: must be in"),
   ],
 )
 def test_bad_fields_name_themselves(field, value, match):

@@ -265,3 +265,41 @@ def test_a_stopped_replica_is_skipped_on_a_cpu_and_keeps_its_state(three):
   # replica 1 steps when it is active (its step count; the first step's rate is 0: warmup)
   assert list(np.asarray(ran["step"]) - before["step"]) == [1, 1, 1]
   assert list(np.asarray(some["step"]) - before["step"]) == [1, 0, 1]
+
+
+def _same_runs(a, b):
+  for x, y in zip(a.runs, b.runs, strict=True):
+    assert (x.stop_reason, x.final_step) == (y.stop_reason, y.final_step)
+    np.testing.assert_allclose(x.losses, y.losses, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(x.evals, y.evals, rtol=2e-6, atol=2e-6)
+
+
+def test_a_wsd_sweep_continues_into_a_longer_budget_as_if_trained_to_it_from_the_start(three):
+  assert three.continuation is None  # a cosine's every step depends on total_steps
+  wsd = functools.partial(_config, lr_schedule="wsd", lr_decay_fraction=0.5)
+  # 9 replicas (one diverges) padded to 16 over the 8 devices; the decay of 6 steps starts at
+  # step 3, between two evaluations
+  replicas = sweep.grid(range(3), (1e-3, 1e-2, 1e30))
+  short = sweep.train(wsd(total_steps=6), replicas)
+  assert short.continuation.step == 3
+  longer = sweep.train(wsd(total_steps=10), replicas, resume=short.continuation)
+  direct = sweep.train(wsd(total_steps=10), replicas)
+  assert [r.stop_reason for r in direct.runs] == ["completed"] * 6 + ["diverged"] * 3
+  _same_runs(longer, direct)
+  for x, y in zip(jax.tree.leaves(longer.params), jax.tree.leaves(direct.params), strict=True):
+    np.testing.assert_allclose(x, y, rtol=2e-6, atol=2e-6)
+  # every replica stopped before the decay: the continuation is where a longer run ends too
+  stops = functools.partial(wsd, early_stop_accuracy=0.01)
+  healthy = replicas[:6]
+  stopped = sweep.train(stops(total_steps=6), healthy)
+  assert stopped.steps == 2 and stopped.continuation.step == 2
+  again = sweep.train(stops(total_steps=10), healthy, resume=stopped.continuation)
+  _same_runs(again, sweep.train(stops(total_steps=10), healthy))
+  # only a longer run of the same config, with every replica, continues
+  for config, subset, why in (
+    (wsd(total_steps=10, learning_rate=5e-3), replicas, "differs in more than total_steps"),
+    (wsd(total_steps=4), replicas, "total_steps=4 is not longer"),
+    (wsd(total_steps=10), [*replicas, sweep.Replica(9)], "no state for 1 replicas"),
+  ):
+    with pytest.raises(ladder.ConfigError, match=f"resume: cannot continue this sweep: .*{why}"):
+      sweep.train(config, subset, resume=short.continuation)
