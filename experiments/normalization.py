@@ -69,8 +69,9 @@ TAU_MATTERS = 0.1  # control: best - worst tau at some rank >= this, every seed
 TAU_TOLERANCE = 0.05  # (c) adjusted(sqrt r) >= adjusted(best tau) - this, every rank and seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 4  # v2: the trained falsification arm; v3: the accel batch 64; v4: full at four
-# rates in two stages, L up to 128
+VERSION = 5  # v2: the trained falsification arm; v3: the accel batch 64; v4: full at four
+# rates in two stages, L up to 128; v5: full under a "wsd" schedule (a budget grows by
+# continuing each sweep)
 SPECS = (
   protocol.Spec(
     "softmax_learns_long",
@@ -148,6 +149,9 @@ def get_config(size="quick"):
     c.norms, c.lengths = ("none", "pre"), (16, 64, 128)
     c.tau_ranks = (8, 32, 128)
     sizes.full(c, step_cap=600, confirm_at_selected=True)
+    # v5: warmup, the peak, a linear decay over the last 20%: a budget that grows 300 -> 600
+    # continues each sweep from step 240 instead of training it again from step 0
+    c.lr_schedule, c.lr_decay_fraction = "wsd", 0.2
   elif size == "accel":
     c.vocab_size, c.d_model, c.num_heads = 256, 128, 2
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")
