@@ -25,7 +25,8 @@ Seeds (protocol.SEEDS): 3 confirmatory + 1 exploratory at quick, 5 + 2 at full a
 quick: MQAR V=16 L=16 K=4, D=32, no skip at depths 2 and 4, residual at depth 4, batch 32,
 400 steps (no growth: a replica still learning is UNRESOLVED) at lr 3e-3. full: both at
 depths 2, 4 and 8, lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2], 1,000 steps
-growing to 2,000 until every replica plateaus. accel: MQAR V=256 L=64 K=8, D=128, depths 2
+growing to 2,000 until every replica plateaus, in two stages (the confirmatory seeds at the
+selected rate), under a "wsd" schedule (a growing budget continues each sweep). accel: MQAR V=256 L=64 K=8, D=128, depths 2
 to 16.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -53,9 +54,9 @@ FAILS = 0.3  # no skip at the deepest depth: adjusted accuracy <= this, every se
 SPEED_AT = 0.9  # reported, not a criterion: steps to this raw validation accuracy vs depth
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = (
-  3  # v2: no budget growth at quick (make run's 10 minutes); v3: the full grid of four rates
-)
+# v2: no budget growth at quick (make run's 10 minutes); v3: the full grid of four rates;
+# v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep)
+VERSION = 4
 SPECS = (
   protocol.Spec(
     "shallow_no_skip_learns",
@@ -114,7 +115,10 @@ def get_config(size="quick"):
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100)
+    # v4: the confirmatory seeds at the selected point only, and warmup, the peak, a linear
+    # decay over the last 20%: a budget that grows 1,000 -> 2,000 continues from step 800
+    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100, confirm_at_selected=True)
+    c.lr_schedule, c.lr_decay_fraction = "wsd", 0.2
   elif size == "accel":
     c.task = "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8"
     c.vocab_size, c.seq_len, c.d_model = 256, 64, 128
