@@ -42,6 +42,7 @@ the others); in a vmapped group it is a select, computed and discarded. `program
 import dataclasses
 import functools
 import itertools
+import json
 import math
 import os
 import time
@@ -517,9 +518,10 @@ class Continuation:
   stable part ends there). `train(longer, replicas, resume=c)` continues from here, and its
   result equals that of training `longer` from step 0: only the steps after `step` run.
 
-  `rows`: Replica -> its state (host arrays), losses, evals, stop reason and flags at `step`.
-  `basis`: the resolved config as a dict, total_steps removed (what a longer run must match).
-  Held in memory only (a sweep read back from a store has none)."""
+  `rows`: Replica -> its state (the leaves of the program's state, host arrays), losses,
+  evals, stop reason and flags at `step`. `basis`: the resolved config as canonical JSON,
+  total_steps removed (what a longer run must match). A store keeps it with its sweep
+  (jaxformer/train/sweep_store.py), so a resumed run continues too."""
 
   step: int
   rows: dict
@@ -554,9 +556,9 @@ class Continuation:
 
 
 def _basis(config):
-  values = config.to_dict()
+  values = json.loads(config.to_json_best_effort(sort_keys=True))
   values.pop("total_steps")
-  return values
+  return json.dumps(values, sort_keys=True)
 
 
 def train(config, replicas, *, log=None, keep_params=True, store=None, resume=None):
@@ -591,7 +593,11 @@ def train(config, replicas, *, log=None, keep_params=True, store=None, resume=No
   if stored is not None:
     log(f"read back from {os.path.join(store, entry)} (trained before with the same inputs)")
     runs = [Run(**r) for r in stored.pop("runs")]
-    return SweepResult(config=config, runs=runs, read_back=True, **stored)
+    kept = stored.pop("continuation")
+    if kept is not None:
+      rows = {Replica(*replica): row for replica, row in kept["rows"]}
+      kept = Continuation(kept["step"], rows, kept["basis"])
+    return SweepResult(config=config, runs=runs, read_back=True, continuation=kept, **stored)
   if resume is not None:
     log(f"continues from step {resume.step} (the same steps as a run of {config.total_steps})")
   result = _train(config, replicas, train_ds, test_ds, log, keep_params, resume)
@@ -640,7 +646,11 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
     running = active.copy()
   else:  # every replica as it was at resume.step; the padding copies the last, stopped
     rows = [resume.rows[r] for r in replicas]
-    state = jax.tree.map(lambda *xs: put(np.stack(xs)), *(r["state"] for r in rows))
+    treedef = init.out_tree
+    if any(len(r["state"]) != treedef.num_leaves for r in rows):
+      raise ladder.ConfigError("resume: its state does not fit this sweep's program")
+    leaves = [put(np.stack([r["state"][j] for r in rows])) for j in range(treedef.num_leaves)]
+    state = jax.tree.unflatten(treedef, leaves)
     running = np.asarray([r["running"] for r in rows]) & (np.arange(n) < real)
     for i, r in enumerate(rows[:real]):
       active[i], stop_reason[i] = r["active"], r["stop_reason"]
@@ -665,12 +675,12 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
 
   def capture():
     flush()
-    host = jax.device_get(state)
+    leaves = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(state))]
     flags = np.asarray(jax.device_get(active_dev))
     rows = {}
     for i, r in enumerate(replicas[:real]):
       rows[r] = {
-        "state": jax.tree.map(lambda x, i=i: x[i], host),
+        "state": [x[i] for x in leaves],
         "losses": list(losses[i]),
         "evals": list(evals[i]),
         "active": bool(active[i]),

@@ -12,8 +12,11 @@ The key of a sweep is a hash of everything its numbers depend on:
   - the source of the jaxformer package (every .py file), jax's version, the backend and
     the device count: a change to the library's code is a new key, never a stale hit.
 
-Each entry is a directory `<key>/` holding `sweep.json` (runs and scalars) and
-`params.npz` (each trained leaf stacked over replicas, saved and loaded without pickle),
+Each entry is a directory `<key>/` holding `sweep.json` (runs and scalars), `params.npz`
+(each trained leaf stacked over replicas, saved and loaded without pickle) and, for a sweep
+that a longer one can continue (a "wsd" schedule: sweep.Continuation), `continuation.npz`
+(each leaf of the training state at that step, stacked over replicas) with its rows in
+sweep.json,
 written under a temporary name and renamed when complete, so a crash mid-write leaves no
 entry. A sweep that cannot be stored (params whose leaves are not plain numeric arrays, a
 full disk) is still returned, and `sweep.train` logs why it was not stored; it trains again
@@ -33,6 +36,7 @@ import numpy as np
 
 FORMAT = 1
 _PARAMS = "params.npz"
+_CONTINUATION = "continuation.npz"
 _META = "sweep.json"
 # SweepResult's fields kept as they are in sweep.json (beside its runs and params)
 _SCALARS = ("chance", "chance_rule", "compile_seconds", "train_seconds", "steps")
@@ -121,7 +125,19 @@ def load(directory, key_):
     with np.load(os.path.join(entry, _PARAMS), allow_pickle=False) as z:
       params = _unflatten({k: z[k] for k in z.files})
   runs = [r | {"evals": [tuple(e) for e in r["evals"]]} for r in meta["runs"]]
-  return {"runs": runs, "params": params} | {k: meta[k] for k in _SCALARS}
+  continuation = meta.get("continuation")
+  if continuation is not None:
+    with np.load(os.path.join(entry, _CONTINUATION), allow_pickle=False) as z:
+      leaves = [z[f"leaf_{j}"] for j in range(len(z.files))]
+    rows = []
+    for i, row in enumerate(continuation["rows"]):
+      replica = tuple(row.pop("replica"))
+      row["evals"] = [tuple(e) for e in row["evals"]]
+      rows.append((replica, row | {"state": [x[i] for x in leaves]}))
+    continuation = continuation | {"rows": rows}
+  return {"runs": runs, "params": params, "continuation": continuation} | {
+    k: meta[k] for k in _SCALARS
+  }
 
 
 def save(directory, key_, result):
@@ -137,6 +153,22 @@ def save(directory, key_, result):
     "runs": [dataclasses.asdict(r) for r in result.runs],
     "has_params": flat is not None,
   } | {k: getattr(result, k) for k in _SCALARS}
+  state = None
+  if result.continuation is not None:
+    c = result.continuation
+    rows = list(c.rows.items())
+    state = {
+      f"leaf_{j}": np.stack([row["state"][j] for _, row in rows])
+      for j in range(len(rows[0][1]["state"]))
+    }
+    meta["continuation"] = {
+      "step": c.step,
+      "basis": c.basis,
+      "rows": [
+        {"replica": dataclasses.astuple(r)} | {k: v for k, v in row.items() if k != "state"}
+        for r, row in rows
+      ],
+    }
   final = os.path.join(directory, key_)
   if os.path.isdir(final):
     return None
@@ -146,6 +178,8 @@ def save(directory, key_, result):
     scratch = tempfile.mkdtemp(prefix=f".{key_}.", dir=directory)
     if flat is not None:
       np.savez(os.path.join(scratch, _PARAMS), **flat)
+    if state is not None:
+      np.savez(os.path.join(scratch, _CONTINUATION), **state)
     with open(os.path.join(scratch, _META), "w") as f:
       json.dump(meta, f)
     os.rename(scratch, final)

@@ -83,3 +83,26 @@ def test_params_that_are_not_plain_arrays_are_not_stored(tmp_path):
   result = sweep.SweepResult(None, [], {"w": np.zeros(2, jax.numpy.bfloat16)}, 0.5, "", 0, 0, 0)
   assert "not plain numeric arrays" in sweep_store.save(str(tmp_path), "k", result)
   assert os.listdir(tmp_path) == []
+
+
+def test_a_stored_wsd_sweep_keeps_the_state_a_longer_sweep_continues_from(tmp_path, monkeypatch):
+  config = _config(total_steps=6, lr_schedule="wsd", lr_decay_fraction=0.5)
+  first = sweep.train(config, REPLICAS, store=str(tmp_path))
+  monkeypatch.setattr(sweep, "_train", _refuse)
+  again = sweep.train(config, REPLICAS, store=str(tmp_path))
+  a, b = again.continuation, first.continuation
+  assert (
+    (a.step, a.basis, list(a.rows)) == (b.step, b.basis, list(b.rows)) == (3, b.basis, REPLICAS)
+  )
+  for replica in REPLICAS:
+    x, y = a.rows[replica], b.rows[replica]
+    assert {k: v for k, v in x.items() if k != "state"} == {
+      k: v for k, v in y.items() if k != "state"
+    }
+    assert len(x["state"]) == len(y["state"]) > 0
+    for u, v in zip(x["state"], y["state"], strict=True):
+      assert u.dtype == v.dtype
+      np.testing.assert_array_equal(u, v)
+  assert (
+    a.covers(_config(total_steps=10, lr_schedule="wsd", lr_decay_fraction=0.5), REPLICAS) is None
+  )
