@@ -35,7 +35,8 @@ several on translation; MQAR may hide that).
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
 heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 400 steps. full: H in
-{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr logspace(1e-3, 1e-2, 4), up to 1,000 steps. A sizing
+{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr logspace(1e-3, 1e-2, 4) in two stages, 1,000 steps growing to 2,000 under
+a "wsd" schedule (a growing budget continues each sweep). A sizing
 run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
 """
@@ -63,9 +64,10 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 6  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 7  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
-# v6: full in two stages, the confirmatory seeds at the selected point only
+# v6: full in two stages, the confirmatory seeds at the selected point only; v7: full under
+# a "wsd" schedule (a budget grows by continuing each sweep)
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -127,7 +129,8 @@ def get_config(size="quick"):
   elif size == "full":
     # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
     c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 4, 8, 16), 32, 8
-    sizes.full(c, total_steps=1000, eval_every=100, confirm_at_selected=True)
+    # v7: a budget that grows 1,000 -> 2,000 continues each sweep from step 800 (protocol.WSD)
+    sizes.full(c, total_steps=1000, eval_every=100, confirm_at_selected=True, **protocol.WSD)
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8

@@ -148,10 +148,8 @@ def get_config(size="quick"):
     # whose arms took 12-17 min each at that one rate; the raw sum's L still grows 8x)
     c.norms, c.lengths = ("none", "pre"), (16, 64, 128)
     c.tau_ranks = (8, 32, 128)
-    sizes.full(c, step_cap=600, confirm_at_selected=True)
-    # v5: warmup, the peak, a linear decay over the last 20%: a budget that grows 300 -> 600
-    # continues each sweep from step 240 instead of training it again from step 0
-    c.lr_schedule, c.lr_decay_fraction = "wsd", 0.2
+    # v5: a budget that grows 300 -> 600 continues each sweep from step 240 (protocol.WSD)
+    sizes.full(c, step_cap=600, confirm_at_selected=True, **protocol.WSD)
   elif size == "accel":
     c.vocab_size, c.d_model, c.num_heads = 256, 128, 2
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")

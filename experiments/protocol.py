@@ -151,6 +151,11 @@ def set_sweep_defaults(c, total_steps):
   return c
 
 
+# A design's schedule when its budget grows by continuing (the design log says which do):
+# warmup, the peak, a linear decay over the last 20% (jaxformer/train/optimizer.py); each
+# sweep of a grown budget continues from the start of the shorter one's decay
+WSD = {"lr_schedule": "wsd", "lr_decay_fraction": 0.2}
+
 # Training fields an experiment config may set for every arm (the rest keep the defaults of
 # jaxformer/train/config.py); seed and learning rate come from the sweep.
 SCHEDULE = (

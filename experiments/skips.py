@@ -115,10 +115,16 @@ def get_config(size="quick"):
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    # v4: the confirmatory seeds at the selected point only, and warmup, the peak, a linear
-    # decay over the last 20%: a budget that grows 1,000 -> 2,000 continues from step 800
-    sizes.full(c, total_steps=1000, eval_every=100, warmup_steps=100, confirm_at_selected=True)
-    c.lr_schedule, c.lr_decay_fraction = "wsd", 0.2
+    # v4: the confirmatory seeds at the selected point only, and a budget that grows 1,000 ->
+    # 2,000 continues each sweep from step 800 (protocol.WSD)
+    sizes.full(
+      c,
+      total_steps=1000,
+      eval_every=100,
+      warmup_steps=100,
+      confirm_at_selected=True,
+      **protocol.WSD,
+    )
   elif size == "accel":
     c.task = "mqar:vocab_size=256,seq_len=64,num_kv_pairs=8"
     c.vocab_size, c.seq_len, c.d_model = 256, 64, 128

@@ -110,8 +110,9 @@ class SweepResult:
   chance_rule: str
   compile_seconds: float
   train_seconds: float
-  steps: int  # program steps run (the longest replica)
+  steps: int  # the last program step (the longest replica's)
   read_back: bool = False  # read from a store (sweep_store), not trained by this call
+  first_step: int = 0  # where its training began: 0, or the step of the Continuation it resumed
   # the replicas where a longer run would pass through them (a "wsd" schedule), else None
   continuation: "Continuation | None" = None
 
@@ -742,5 +743,6 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
     compile_seconds=compile_seconds,
     train_seconds=train_seconds,
     steps=s,
+    first_step=0 if resume is None else resume.step,
     continuation=continuation,
   )

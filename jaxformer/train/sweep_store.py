@@ -135,9 +135,12 @@ def load(directory, key_):
       row["evals"] = [tuple(e) for e in row["evals"]]
       rows.append((replica, row | {"state": [x[i] for x in leaves]}))
     continuation = continuation | {"rows": rows}
-  return {"runs": runs, "params": params, "continuation": continuation} | {
-    k: meta[k] for k in _SCALARS
-  }
+  return {
+    "runs": runs,
+    "params": params,
+    "continuation": continuation,
+    "first_step": meta.get("first_step", 0),
+  } | {k: meta[k] for k in _SCALARS}
 
 
 def save(directory, key_, result):
@@ -152,7 +155,7 @@ def save(directory, key_, result):
     "format": FORMAT,
     "runs": [dataclasses.asdict(r) for r in result.runs],
     "has_params": flat is not None,
-  } | {k: getattr(result, k) for k in _SCALARS}
+  } | {k: getattr(result, k) for k in (*_SCALARS, "first_step")}
   state = None
   if result.continuation is not None:
     c = result.continuation

@@ -271,7 +271,9 @@ def fake_sweep(monkeypatch):
     until = optimizer.continues_until(config)
     rows = {r: {"budget": budget} for r in replicas}
     continuation = sweep.Continuation(until, rows, {}) if until else None
-    return sweep.SweepResult(config, runs, None, 0.25, "1/K", 0.0, 0.0, budget, False, continuation)
+    return sweep.SweepResult(
+      config, runs, None, 0.25, "1/K", 0.0, 0.0, budget, continuation=continuation
+    )
 
   seeds_of, resumed = [], []
   monkeypatch.setattr(protocol.sweep, "train", train)

@@ -284,6 +284,7 @@ def test_a_wsd_sweep_continues_into_a_longer_budget_as_if_trained_to_it_from_the
   assert short.continuation.step == 3
   longer = sweep.train(wsd(total_steps=10), replicas, resume=short.continuation)
   direct = sweep.train(wsd(total_steps=10), replicas)
+  assert (longer.first_step, longer.steps, direct.first_step) == (3, 10, 0)
   assert [r.stop_reason for r in direct.runs] == ["completed"] * 6 + ["diverged"] * 3
   _same_runs(longer, direct)
   for x, y in zip(jax.tree.leaves(longer.params), jax.tree.leaves(direct.params), strict=True):
