@@ -400,6 +400,11 @@ def measure(config, trained, workdir):
     f"{', '.join(cost_models(config))}; each one's training FLOPs to {COST_TARGET} adjusted "
     "(steps to it at its fastest rate x XLA's FLOPs of a train step), fitted as D^b per seed."
   )
+  if protocol.confirms_at_selected(config):
+    setup += (
+      " In two stages a confirmatory seed trains at the selected rate only, so its fastest "
+      "rate is that one; an exploratory seed's is the fastest of the grid."
+    )
   return protocol.Section(
     metrics={"mixing_params": counted, "cost": cost},
     table=table,
