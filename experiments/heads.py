@@ -35,9 +35,9 @@ several on translation; MQAR may hide that).
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
 heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 400 steps. full: H in
-{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr logspace(1e-3, 1e-2, 4) in two stages, 1,000 steps growing to 2,000 under
-a "wsd" schedule (a growing budget continues each sweep). A sizing
-run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
+{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr logspace(1e-3, 1e-2, 4) in two stages,
+1,000 steps growing to 2,000 under a "wsd" schedule (a growing budget continues each sweep).
+A sizing run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
 """
 

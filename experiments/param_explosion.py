@@ -45,8 +45,8 @@ sum matched to it (5 heads, 1,920), MQAR V=16 L=16 K=4, 2 layers, batch 32, up t
 3+1 seeds at lr 3e-3. full: D=12: + full_dynamic (144 functions, 13,824) and its matched matrix
 sum (57 heads, 13,680), lr logspace(1e-3, 1e-2, 4), 800 steps growing to 1,600, in two
 stages (2 exploratory seeds at every rate, 5 confirmatory at the selected one) under a "wsd"
-schedule (a growing budget continues each sweep). accel: D=32 (full: 1,024
-functions), MQAR V=256 L=64 K=8.
+schedule (a growing budget continues each sweep). accel: D=32 (full: 1,024 functions), MQAR
+V=256 L=64 K=8.
 Measured numbers, and what they show: docs/experiments.md.
 """
 

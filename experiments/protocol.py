@@ -48,8 +48,8 @@ when a design's content changes and its version does not (`python -m experiments
    `step_cap`: from step 0 under the default cosine schedule (its every step depends on the
    budget), and under a "wsd" one (a design's `lr_schedule`) each replica continues from
    the first step of the shorter budget's decay (sweep.Continuation: the same numbers as
-   training the longer budget from step 0, for the steps after that one only). A criterion that reads an arm that never plateaus is UNRESOLVED ("still
-   learning at N steps");
+   training the longer budget from step 0, for the steps after that one only). A criterion
+   that reads an arm that never plateaus is UNRESOLVED ("still learning at N steps");
 4. the criteria are computed twice, from the confirmatory seeds (the verdict of record) and
    from the exploratory seeds; a criterion on which they disagree is UNRESOLVED. Each
    criterion has a rule over seeds (experiments/report.py: `every_seed` (the seeds split:

@@ -26,8 +26,8 @@ quick: MQAR V=16 L=16 K=4, D=32, no skip at depths 2 and 4, residual at depth 4,
 400 steps (no growth: a replica still learning is UNRESOLVED) at lr 3e-3. full: both at
 depths 2, 4 and 8, lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2], 1,000 steps
 growing to 2,000 until every replica plateaus, in two stages (the confirmatory seeds at the
-selected rate), under a "wsd" schedule (a growing budget continues each sweep). accel: MQAR V=256 L=64 K=8, D=128, depths 2
-to 16.
+selected rate), under a "wsd" schedule (a growing budget continues each sweep). accel: MQAR
+V=256 L=64 K=8, D=128, depths 2 to 16.
 Measured numbers, and what they show: docs/experiments.md.
 """
 

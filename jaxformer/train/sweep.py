@@ -526,7 +526,7 @@ class Continuation:
 
   step: int
   rows: dict
-  basis: dict
+  basis: str
 
   def covers(self, config, replicas):
     """Why `train(config, replicas, resume=self)` cannot continue, or None when it can."""

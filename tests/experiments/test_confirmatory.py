@@ -270,7 +270,7 @@ def fake_sweep(monkeypatch):
     # a "wsd" sweep hands on its replicas at the start of its decay (each a stand-in row)
     until = optimizer.continues_until(config)
     rows = {r: {"budget": budget} for r in replicas}
-    continuation = sweep.Continuation(until, rows, {}) if until else None
+    continuation = sweep.Continuation(until, rows, "") if until else None
     return sweep.SweepResult(
       config, runs, None, 0.25, "1/K", 0.0, 0.0, budget, continuation=continuation
     )
