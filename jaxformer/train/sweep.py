@@ -724,7 +724,6 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
     continuation = capture()  # longer run's, at the same step
   jax.block_until_ready(state)
   train_seconds = time.perf_counter() - start
-  flush()
 
   runs = [
     Run(r.seed, lrs[i], wds[i], losses[i], evals[i], len(losses[i]), stop_reason[i])
