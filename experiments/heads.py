@@ -35,7 +35,7 @@ several on translation; MQAR may hide that).
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
 heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 400 steps. full: H in
-{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+2 seeds x lr logspace(1e-3, 1e-2, 4) in two stages,
+{1, 4, 8, 16} on MQAR V=64 L=32 K=8, 5+1 seeds x lr logspace(1e-3, 1e-2, 4) in two stages,
 1,000 steps growing to 2,000 under a "wsd" schedule (a growing budget continues each sweep).
 A sizing run on that task (600 steps, seed 0-2): 16 heads of 4 at chance (0.12-0.14), 4 of 16 and 1 of 64
 at 1.0. Measured numbers: docs/experiments.md.
@@ -64,10 +64,11 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 7  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 8  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
 # v6: full in two stages, the confirmatory seeds at the selected point only; v7: full under
-# a "wsd" schedule (a budget grows by continuing each sweep)
+# a "wsd" schedule (a budget grows by continuing each sweep); v8: full selects on one
+# exploratory seed (protocol.ONE_EXPLORATORY)
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -130,7 +131,15 @@ def get_config(size="quick"):
     # H = 2 fell between H = 1 and 4 in the full run of 2026-12-01; the knee is 8 -> 16
     c.heads_grid, c.seq_len, c.num_kv_pairs = (1, 4, 8, 16), 32, 8
     # v7: a budget that grows 1,000 -> 2,000 continues each sweep from step 800 (protocol.WSD)
-    sizes.full(c, total_steps=1000, eval_every=100, confirm_at_selected=True, **protocol.WSD)
+    # v8: one exploratory seed selects (v7's run: 33 minutes on 2 cores)
+    sizes.full(
+      c,
+      total_steps=1000,
+      eval_every=100,
+      confirm_at_selected=True,
+      **protocol.WSD,
+      **protocol.ONE_EXPLORATORY,
+    )
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8

@@ -44,7 +44,7 @@ quick: D=16, K=4: diagonal (16 functions, 2,048 mixing parameters per layer) and
 sum matched to it (5 heads, 1,920), MQAR V=16 L=16 K=4, 2 layers, batch 32, up to 800 steps,
 3+1 seeds at lr 3e-3. full: D=12: + full_dynamic (144 functions, 13,824) and its matched matrix
 sum (57 heads, 13,680), lr logspace(1e-3, 1e-2, 4), 800 steps growing to 1,600, in two
-stages (2 exploratory seeds at every rate, 5 confirmatory at the selected one) under a "wsd"
+stages (1 exploratory seed at every rate, 5 confirmatory at the selected one) under a "wsd"
 schedule (a growing budget continues each sweep). accel: D=32 (full: 1,024 functions), MQAR
 V=256 L=64 K=8.
 Measured numbers, and what they show: docs/experiments.md.
@@ -85,8 +85,9 @@ COST_TARGET = 0.9
 COST_MARGIN = 0.5
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 4  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D;
-# v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep)
+VERSION = 5  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D;
+# v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep);
+# v5: full selects on one exploratory seed (protocol.ONE_EXPLORATORY)
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -171,7 +172,11 @@ def get_config(size="quick"):
     c.cost_widths, c.cost_forms, c.cost_task = (8, 12, 16), ("full", "diagonal"), None
     # v4: the confirmatory seeds at the selected point only, and a budget that grows 800 ->
     # 1,600 continues each sweep from step 640 (protocol.WSD)
-    sizes.full(c, step_cap=1600, confirm_at_selected=True, **protocol.WSD)
+    # v5: one exploratory seed selects (v4's run: 33 minutes on 2 cores, most of it the first
+    # stage; protocol.ONE_EXPLORATORY)
+    sizes.full(
+      c, step_cap=1600, confirm_at_selected=True, **protocol.WSD, **protocol.ONE_EXPLORATORY
+    )
   elif size == "accel":
     c.d_model, c.compared, c.matched_to = 32, ("diagonal", "full"), ("diagonal", "full")
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8

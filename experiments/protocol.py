@@ -156,6 +156,11 @@ def set_sweep_defaults(c, total_steps):
 # sweep of a grown budget continues from the start of the shorter one's decay
 WSD = {"lr_schedule": "wsd", "lr_decay_fraction": 0.2}
 
+# A two-stage design whose first stage (the exploratory seeds at every rate of the grid) costs
+# most of its run may select on one exploratory seed (the design log says which do); the
+# confirmatory seeds are as many as before
+ONE_EXPLORATORY = {"exploratory_seeds": SEEDS["full"][0][:1]}
+
 # Training fields an experiment config may set for every arm (the rest keep the defaults of
 # jaxformer/train/config.py); seed and learning rate come from the sweep.
 SCHEDULE = (
