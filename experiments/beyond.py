@@ -76,7 +76,8 @@ RECALLS = 0.9  # accuracy counted as recall
 AT_CHANCE = 0.1  # chance-adjusted accuracy counted as chance
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3  # v3: full in two stages, the confirmatory seeds at the selected point only
+VERSION = 4  # v3: full in two stages, the confirmatory seeds at the selected point only;
+# v4: full's capacity part is fixed_memory v5's law (a walked grid on V = L = 32, K <= 8)
 SPECS = (
   protocol.Spec(
     "full_recalls",
@@ -289,6 +290,11 @@ def arms(config):
   if config.capacity:
     out += capacity.arms(config.law)
   return out
+
+
+def next_arms(config, views):
+  """The capacity law's next points (a walked law: capacity.next_arms), none without it."""
+  return capacity.next_arms(config.law, views) if config.capacity else []
 
 
 # --- cost: no training -----------------------------------------------------------------------

@@ -15,6 +15,8 @@ plots accuracy against state size; it fits no exponent and never checks saturati
   search       K grows; at each K the smallest reaching state is found by walking the knob
                from the last K's answer; it stops when even the largest state fails (the
                grid is then saturated), else the model is "not saturated" (UNRESOLVED)
+  next_arms    a walked law (`law.walk`) trains a family's points as its walk asks for them,
+               not its whole grid: each trained point names the next (protocol.run asks)
   fit_slope    log2 S* against log2 K over the K where S* exists; bootstrap over seeds
   plot         S* vs K on log-log axes, each model's slope and interval, and the floor
                K log2(V) bits (in floats of 32 bits)
@@ -160,6 +162,7 @@ class Law:
   needed: dict = dataclasses.field(default_factory=dict)
   status: str = NOT_SATURATED
   missing: str = ""  # status LEFT_DESIGN: the point the walk needed next
+  missing_point: tuple | None = None  # and that point, (knob, K)
 
   @property
   def tried(self):
@@ -168,7 +171,11 @@ class Law:
 
 class Missing(LookupError):
   """Raised by an `evaluate` that has no trained point for (knob, K): the walk stops there,
-  its answers so far kept, with status LEFT_DESIGN."""
+  its answers so far kept, with status LEFT_DESIGN. `point` is that (knob, K)."""
+
+  def __init__(self, message, point=None):
+    super().__init__(message)
+    self.point = point
 
 
 def search(knobs, pairs, evaluate):
@@ -209,7 +216,7 @@ def search(knobs, pairs, evaluate):
       i += 1
       law.needed[k] = knobs[i]
   except Missing as e:
-    law.status, law.missing = LEFT_DESIGN, str(e)
+    law.status, law.missing, law.missing_point = LEFT_DESIGN, str(e), e.point
   return law
 
 
@@ -388,6 +395,9 @@ def default_law():
   c.knobs = {"lstm": (8, 32), "linear_attention": (4, 16)}
   # family -> ((knob, K), ...): the points trained; a family not named trains its whole grid
   c.points = {}
+  # (optional) c.walk = True: the families not in `points` train only the points their walk
+  # visits (`next_arms`: each trained point decides the next), not the whole knobs x pairs
+  # grid; absent, as in designs registered before it, the whole grid
   c.claimed = ("lstm", "linear_attention")  # fixed-state families the growth claim reads
   c.reported = ()  # families whose law is reported beside, not judged (e.g. elman)
   c.attention = ("attention", 16)  # (family, knob): attention from a small width
@@ -436,37 +446,67 @@ def task(law, pairs):
   )
 
 
+def walked(law, family):
+  """Whether `family` trains only the points its walk visits (`law.walk`; a family with
+  declared `points` trains those)."""
+  return bool(law.get("walk", False)) and family not in law.points
+
+
 def trained_points(law, family):
-  """The (knob, K) points the design trains for `family`."""
+  """The (knob, K) points the design trains for `family` from the start: its declared points,
+  its whole grid, or (a walked family) the walk's first point, the smallest knob at the
+  smallest K."""
   if family in law.points:
     return [tuple(p) for p in law.points[family]]
+  if walked(law, family):
+    return [(min(law.knobs[family]), min(law.pairs))]
   return [(knob, k) for k in law.pairs for knob in law.knobs[family]]
 
 
-def arms(law):
-  """protocol.Arm per trained point: model = family (or ATTENTION_ARM / FALSIFICATION_ARM
-  for the two arms read at every K), setting = setting(law, family, knob, K)."""
+def _arm(law, model, family, knob, k):
   from experiments import protocol
 
-  def arm(model, family, knob, k):
-    fields = model_fields(family, knob, law.width, law.vocab_size, law.seq_len, law.num_layers)
-    return protocol.Arm(
-      model,
-      setting(law, family, knob, k),
-      "custom",
-      task(law, k),
-      fields,
-      train=dict(law.schedule),
-      learning_rates=tuple(law.learning_rates) if law.learning_rates else None,
-      step_cap=law.step_cap,
-    )
+  fields = model_fields(family, knob, law.width, law.vocab_size, law.seq_len, law.num_layers)
+  return protocol.Arm(
+    model,
+    setting(law, family, knob, k),
+    "custom",
+    task(law, k),
+    fields,
+    train=dict(law.schedule),
+    learning_rates=tuple(law.learning_rates) if law.learning_rates else None,
+    step_cap=law.step_cap,
+  )
 
+
+def arms(law):
+  """protocol.Arm per point trained from the start: model = family (or ATTENTION_ARM /
+  FALSIFICATION_ARM for the two arms read at every K), setting = setting(law, family, knob,
+  K). A walked family's further points come from `next_arms`."""
   out = []
   for family in (*law.claimed, *law.reported):
-    out += [arm(family, family, knob, k) for knob, k in trained_points(law, family)]
+    out += [_arm(law, family, family, knob, k) for knob, k in trained_points(law, family)]
   for model, family, knob in everywhere(law):
-    out += [arm(model, family, knob, k) for k in law.pairs]
+    out += [_arm(law, model, family, knob, k) for k in law.pairs]
   return out
+
+
+def next_arms(law, views):
+  """The arms a walked family needs next: for each view (a protocol.Trained of one seed set:
+  the confirmatory and the exploratory seeds each walk on their own readings), the point at
+  which its walk over what is trained stopped for want of one; deduplicated, in order. Empty
+  when every walk has ended (saturated, not saturated at the largest K, or not learning)."""
+  out = {}
+  for view in views:
+    adjusted = view.metrics()["adjusted"]
+    for family in (*law.claimed, *law.reported):
+      if not walked(law, family):
+        continue
+      found = law_of({"adjusted": adjusted}, law, family)
+      if found.status == LEFT_DESIGN and found.missing_point is not None:
+        knob, k = found.missing_point
+        out.setdefault((family, knob, k), _arm(law, family, family, knob, k))
+  return list(out.values())
 
 
 _STATES = {}  # the law's JSON -> states(law): measure() runs once per seed view and rate
@@ -505,7 +545,7 @@ def read(points, knobs, pairs, state_of):
 def _walk(points, knobs, pairs, name=str):
   def evaluate(knob, k):
     if (knob, k) not in points:
-      raise Missing(name((knob, k)))
+      raise Missing(name((knob, k)), (knob, k))
     return points[(knob, k)]
 
   return search(knobs, pairs, evaluate)
@@ -628,9 +668,11 @@ def controls(metrics, law):
   k0, out = law.pairs[0], []
   for family in law.claimed:
     adjusted = metrics["adjusted"].get(family, {})
-    trained = [kn for kn, k in trained_points(law, family) if k == k0]
+    # the knobs trained at the smallest K (a walked family: those its walk visited)
     keys = [
-      setting(law, family, kn, k0) for kn in trained if setting(law, family, kn, k0) in adjusted
+      setting(law, family, kn, k0)
+      for kn in law.knobs[family]
+      if setting(law, family, kn, k0) in adjusted
     ]
     means = {key: float(np.mean(adjusted[key])) for key in keys}
     best = max(means, key=means.get) if means else None

@@ -30,9 +30,10 @@ Chance at K pairs is 1/K (a guess among the values in context).
 
 Sizes (shell D = 16 unless stated): quick (`make run`'s smoke run): linear attention r in
 {2, 8} and attention on MQAR V = 32, L = 16, K in {2, 4}, up to 800 steps at 3e-3 (the LSTM
-needs thousands of steps: full only); full: the LSTM N in {16, 64, 256}, linear attention r
-in {4, 8, 16, 32}, Elman N = 256 at K = 2 (does it learn at all), attention, on V = L = 64,
-K in {2, 4, 8, 16}, 3,000 steps growing to 6,000 until plateau, lr logspace(1e-3, 1e-2, 4); accel:
+needs thousands of steps: full only); full: the LSTM N in {16, 64}, linear attention r in
+{4, 8}, Elman N = 64 at K = 2 (does it learn at all), attention, on V = L = 32, K in {2, 4, 8},
+each fixed-state family training only the points its walk visits, 3,000 steps growing to 6,000
+until plateau under a "wsd" schedule, lr logspace(1e-3, 1e-2, 4) in two stages; accel:
 Zoology's Figure 2 scale (V = 8192, L = 256, D = 128). The design, its sizing runs and its
 expected cost: docs/experiments.md (design log).
 """
@@ -53,7 +54,8 @@ CLAIM = (
 
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 4  # v4: full in two stages, the confirmatory seeds at the selected point only
+VERSION = 5  # v4: full in two stages, the confirmatory seeds at the selected point only;
+# v5: full walks its grid (only the points the walk visits train) on V = L = 32, K <= 8
 _REACH = f"reaches {capacity.REACHES} adjusted (mean over seeds)"
 SPECS = (
   tuple(
@@ -116,15 +118,25 @@ def get_config(size="quick"):
     # Sizing (exploratory seed 100, V = 32, L = 32, batch 32; docs/experiments.md): attention
     # D = 16 reached 0.995 at K = 8 by step 1,000 at 3e-3 (at 1e-2 it stayed at 0.21); the
     # LSTM N = 64 0.99 at K = 2 by step 2,800 at 1e-2; linear attention r = 16 0.96 at K = 8,
-    # r = 4 the 1/K guess at K = 2 after 3,000 steps. So K grows to 16 (V = 64, L = 64) for
-    # r = 16 and 32 to meet a K they fail
-    law.vocab_size, law.seq_len, law.width, law.pairs = 64, 64, 16, (2, 4, 8, 16)
-    law.knobs = {"lstm": (16, 64, 256), "linear_attention": (4, 8, 16, 32), "elman": (256,)}
-    law.points = {"elman": ((256, 2),)}  # learns at all? else "not learning"
+    # r = 4 the 1/K guess at K = 2 after 3,000 steps. v5: that task (V = L = 32, so K <= 8),
+    # with grids whose largest state should fail at K = 8 (linear attention r <= 8, the LSTM
+    # N <= 64), each family walking its grid (law.walk: only the points its walk visits
+    # train); v4's V = L = 64 grid (37 arms, the LSTM at N = 256) needed 15+ CPU hours
+    law.vocab_size, law.seq_len, law.width, law.pairs = 32, 32, 16, (2, 4, 8)
+    law.knobs = {"lstm": (16, 64), "linear_attention": (4, 8), "elman": (64,)}
+    law.points = {"elman": ((64, 2),)}  # learns at all? else "not learning"
     law.claimed, law.reported = ("lstm", "linear_attention"), ("elman",)
     law.attention, law.falsification = ("attention", 16), ("linear_attention", 2)
+    law.walk = True
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
-    sizes.full(c, total_steps=3000, eval_every=100, warmup_steps=100, confirm_at_selected=True)
+    sizes.full(
+      c,
+      total_steps=3000,
+      eval_every=100,
+      warmup_steps=100,
+      confirm_at_selected=True,
+      **protocol.WSD,
+    )
   elif size == "accel":  # Zoology's Figure 2 scale
     law.vocab_size, law.seq_len, law.width, law.pairs = 8192, 256, 128, (4, 8, 16, 32, 64)
     law.knobs = {
@@ -146,6 +158,10 @@ def get_config(size="quick"):
 
 def arms(config):
   return capacity.arms(config.law)
+
+
+def next_arms(config, views):
+  return capacity.next_arms(config.law, views)
 
 
 def controls(metrics, config):

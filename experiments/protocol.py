@@ -586,6 +586,9 @@ class Trained:
   def get(self, model, setting):
     return self._by[(model, setting)]
 
+  def has(self, model, setting):
+    return (model, setting) in self._by
+
   def models(self):
     return list(dict.fromkeys(r.arm.model for r in self.results))
 
@@ -944,8 +947,20 @@ def run(module, config, workdir, size="", log=print):
   started = commit(), time.strftime("%Y-%m-%d %H:%M", time.gmtime())  # the code that runs
   reg = design(module, size) if registered(module) and size else None
   explore, confirm = seed_sets(config)
-  arms = module.arms(config) if hasattr(module, "arms") else []
-  trained = train(arms, config, log, store=os.path.join(workdir, SWEEPS))
+  arms = list(module.arms(config)) if hasattr(module, "arms") else []
+  store = os.path.join(workdir, SWEEPS)
+  trained = train(arms, config, log, store=store)
+  # a module whose next arms depend on what the trained ones show (a walk over a grid:
+  # experiments/capacity.py) names them until it needs none; each seed set decides for itself
+  while hasattr(module, "next_arms"):
+    views = [trained.view(seeds) for seeds in (confirm, explore) if seeds]
+    named = {(a.model, a.setting): a for a in module.next_arms(config, views)}
+    more = [a for key, a in named.items() if not trained.has(*key)]
+    if not more:
+      break
+    log(f"    next: {', '.join(f'{a.model} @ {a.setting}' for a in more)}")
+    arms += more
+    trained = Trained(trained.results + train(more, config, log, store=store).results)
   view = trained.view(confirm)
   section, metrics, controls, criteria, falsif = _judge(module, config, view, workdir)
   for group in (controls, criteria, falsif):

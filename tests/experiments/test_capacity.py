@@ -149,3 +149,62 @@ def test_read_from_trained_points_and_a_missing_point():
   assert missing["status"] == capacity.LEFT_DESIGN and missing["missing"] == "(8, 4)"
   assert missing["needed_knob"] == {"2": 4}  # what the walk found before it left
   assert capacity.table({"m": missing})[0]["status"] == "left the design at (8, 4)"
+
+
+class _View:
+  """A stand-in for protocol.Trained of one seed set: the adjusted accuracies of its points."""
+
+  def __init__(self, adjusted):
+    self.adjusted = adjusted
+
+  def metrics(self):
+    return {"adjusted": self.adjusted}
+
+
+def _walked_law():
+  law = capacity.default_law()
+  law.vocab_size, law.seq_len, law.pairs = 64, 64, PAIRS
+  law.knobs, law.claimed = {"linear_attention": KNOBS}, ("linear_attention",)
+  law.walk = True
+  return law
+
+
+def test_a_walked_law_trains_only_the_points_its_walk_visits():
+  law = _walked_law()
+  family, holds = "linear_attention", {4: 2, 8: 4, 16: 8, 32: 8}  # knob -> largest K it recalls
+  first = [a.setting for a in capacity.arms(law) if a.model == family]
+  assert first == [capacity.setting(law, family, 4, 2)]  # the smallest knob at the smallest K
+  trained = {}  # setting -> per-seed adjusted, "trained" as each arm is named
+
+  def train(arms):
+    for a in arms:
+      knob, k = next(
+        (n, k) for n in KNOBS for k in PAIRS if capacity.setting(law, family, n, k) == a.setting
+      )
+      trained[a.setting] = [1.0 if k <= holds[knob] else 0.3] * 3
+
+  train([a for a in capacity.arms(law) if a.model == family])
+  rounds = 0
+  while more := capacity.next_arms(law, [_View({family: dict(trained)})]):
+    assert len(more) == 1 and more[0].setting not in trained  # one new point at a time
+    train(more)
+    rounds += 1
+  calls = []
+  direct = capacity.search(KNOBS, PAIRS, _evaluator(lambda n: holds[n], calls=calls))
+  assert sorted(trained) == sorted(capacity.setting(law, family, n, k) for n, k in calls)
+  assert rounds == len(calls) - 1 and direct.status == capacity.SATURATED  # 32 fails K = 16
+  reading = capacity.readings({"adjusted": {family: trained}, "state_floats": {family: {
+    str(n): 4 * n for n in KNOBS}}}, law)[family]  # fmt: skip
+  assert reading["status"] == capacity.SATURATED and len(reading["points"]) == len(calls)
+
+
+def test_each_seed_set_walks_on_its_own_readings():
+  law, family = _walked_law(), "linear_attention"
+  at = lambda n, k: capacity.setting(law, family, n, k)  # noqa: E731
+  # the confirmatory seeds reach K = 2 at knob 4; the exploratory seeds do not
+  confirm, explore = _View({family: {at(4, 2): [1.0] * 5}}), _View({family: {at(4, 2): [0.2]}})
+  names = [a.setting for a in capacity.next_arms(law, [confirm, explore])]
+  assert names == [at(4, 4), at(8, 2)]
+  law.walk = False  # the whole grid from the start, nothing next
+  assert capacity.next_arms(law, [confirm, explore]) == []
+  assert len([a for a in capacity.arms(law) if a.model == family]) == len(KNOBS) * len(PAIRS)

@@ -468,3 +468,29 @@ def test_an_at_init_criterion_must_be_read_as_trained_minus_untrained(fake_sweep
   module.SPECS = (protocol.Spec("learns", "d", threshold=0.9, reads=("model",), at_init=True),)
   with pytest.raises(ladder.ConfigError, match="trained minus untrained"):
     protocol.run(module, module.get_config("quick"), str(tmp_path), "quick", log=lambda t: None)
+
+
+def test_a_module_names_its_next_arms_from_what_each_seed_set_shows(fake_sweep, tmp_path):
+  module = _module(total_steps=400, step_cap=800)
+  task = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2"
+  seen, before = [], []  # before: the sweeps of model @ s when next_arms was asked
+
+  def next_arms(config, views):
+    seen.append([v.seeds_in_view() for v in views])
+    before.append(len([w for w, _, _ in fake_sweep if w != 8]))
+    if all(v.has("model", "s2") for v in views):
+      return []
+    return [protocol.Arm("model", "s2", "transformer", task)] * 2  # a duplicate trains once
+
+  module.next_arms = next_arms
+  result = protocol.run(
+    module, module.get_config("quick"), str(tmp_path), "quick", log=lambda t: None
+  )
+  assert seen == [[[0, 1, 2], [100]]] * 2  # the confirmatory, then the exploratory seeds
+  assert {(r["model"], r["setting"]) for r in result.to_json()["runs"]} == {
+    ("model", "s"),
+    ("weak", "s"),
+    ("model", "s2"),
+  }
+  # the duplicate trained once: model @ s2 took as many sweeps as model @ s
+  assert len([w for w, _, _ in fake_sweep if w != 8]) == 2 * before[0] > 0
