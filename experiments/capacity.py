@@ -599,7 +599,8 @@ def _verdict_of_growth(reading):
   if status == LEFT_DESIGN:
     return (
       report.UNRESOLVED,
-      f"the walk needed {reading['missing']}, which the design does not train",
+      f"the walk needed {reading['missing']}, which was not trained for this reading (not a "
+      "point of the design, or not at this learning rate)",
     )
   if status == NOT_LEARNING:
     return report.UNRESOLVED, "not learning: no state reached the smallest K"

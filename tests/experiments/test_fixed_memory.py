@@ -135,7 +135,7 @@ def test_the_walk_leaving_the_design_is_unresolved():
   config = _config()
   config.law.points = {"lstm": ((8, 2), (16, 2))}  # the walk needs (16, 4) next
   criteria = fixed_memory.criteria(_metrics(config, _claim_holds), config)
-  assert criteria[0].verdict == U and "does not train" in criteria[0].note
+  assert criteria[0].verdict == U and "was not trained" in criteria[0].note
 
 
 def test_seeds_that_disagree_on_saturation_leave_growth_unresolved():
