@@ -252,6 +252,11 @@ def _sums(params, batch, *, model):
 # XLA options of the program that runs once per sweep (init): LLVM's optimizations cost more
 # compile time than they could save in one run.
 RUN_ONCE = {"xla_backend_optimization_level": 0}
+# On a CPU, also as one LLVM module instead of XLA's parallel codegen splits: the init programs
+# of the bench's three quick arms compiled in 0.31 / 1.54 / 1.37 s against 0.45 / 1.74 / 1.78 s
+# (medians of 3, CPU s; the same arrays), where the train and eval steps gained nothing beyond
+# the noise (BENCHMARKS.md, "Where a quick arm's compile goes")
+RUN_ONCE_CPU = RUN_ONCE | {"xla_cpu_parallel_codegen_split_count": 1}
 # On a CPU, a short sweep's train and eval steps compile with fewer LLVM passes and XLA's
 # elemental fusion emitters instead of the MLIR ones, and its init without the MLIR ones too:
 # at the quick sizes (jaxformer/bench/sweep.py, 3 replicas, CPU seconds) compiling the three
@@ -264,11 +269,11 @@ FAST_COMPILE_STEPS = 1000
 
 def compiler_options(config, platform):
   """{program: XLA options or None} of a sweep of `config` compiled for `platform`."""
-  fast = platform == "cpu" and config.total_steps <= FAST_COMPILE_STEPS
-  if not fast:
-    return {"init": RUN_ONCE, "train_step": None, "eval_step": None}
+  cpu = platform == "cpu"
+  if not (cpu and config.total_steps <= FAST_COMPILE_STEPS):
+    return {"init": RUN_ONCE_CPU if cpu else RUN_ONCE, "train_step": None, "eval_step": None}
   return {
-    "init": RUN_ONCE | {"xla_cpu_use_fusion_emitters": False},
+    "init": RUN_ONCE_CPU | {"xla_cpu_use_fusion_emitters": False},
     "train_step": FAST_COMPILE,
     "eval_step": FAST_COMPILE,
   }

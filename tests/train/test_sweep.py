@@ -234,10 +234,11 @@ def test_short_cpu_sweeps_compile_fast_and_long_or_accelerator_ones_keep_the_def
   short = sweep.compiler_options(_config(total_steps=sweep.FAST_COMPILE_STEPS), "cpu")
   assert short["train_step"] == short["eval_step"] == sweep.FAST_COMPILE
   assert short["init"]["xla_backend_optimization_level"] == 0
+  assert short["init"]["xla_cpu_parallel_codegen_split_count"] == 1
   long = sweep.compiler_options(_config(total_steps=sweep.FAST_COMPILE_STEPS + 1), "cpu")
-  gpu = sweep.compiler_options(_config(), "cuda")
-  for options in (long, gpu):
-    assert options == {"init": sweep.RUN_ONCE, "train_step": None, "eval_step": None}
+  assert long == {"init": sweep.RUN_ONCE_CPU, "train_step": None, "eval_step": None}
+  gpu = sweep.compiler_options(_config(), "cuda")  # no CPU option reaches another platform
+  assert gpu == {"init": sweep.RUN_ONCE, "train_step": None, "eval_step": None}
 
 
 def test_a_stopped_replica_is_skipped_on_a_cpu_and_keeps_its_state(three):
