@@ -14,13 +14,13 @@ and saved as PNGs named `<experiment>_<what>.png` beside the report.
 import os
 import time
 
-import flax.linen as nn
 import jax
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from jaxformer import ladder
+from jaxformer.train import sweep
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,10 +102,9 @@ def mqar_task(config, seq_len=None, num_kv_pairs=None):
 
 
 def init_params(model, tokens_BL, seed=0):
-  """Unboxed freshly initialized params of `model` for inputs shaped like tokens_BL (jitted:
-  one compile instead of one per initializer op)."""
-  init = jax.jit(lambda rng, tokens: nn.meta.unbox(model.init(rng, tokens))["params"])
-  return init(jax.random.key(seed), jax.numpy.asarray(tokens_BL))
+  """Unboxed freshly initialized params of `model` (jax.random.key(seed)) for inputs shaped
+  like tokens_BL: one program per model and shape, kept for the next seed (sweep.init_params)."""
+  return sweep.init_params(model, [jax.random.key(seed)], np.shape(tokens_BL))[0]
 
 
 def read_inputs(dataset, indices):

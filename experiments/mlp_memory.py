@@ -59,7 +59,6 @@ lr logspace(1e-3, 1e-2, 4), 1,500 steps (fold cells 500). Measured numbers: docs
 import functools
 import sys
 
-import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
@@ -426,10 +425,9 @@ def measure(config, trained, workdir):
   model, layer, batch = arm.model(), config.num_layers - 1, len(fold_rows)
   count = max(batch, min(config.probe_sequences, len(train_ds)) // batch * batch)
   windows = read_windows(train_ds, rng.choice(len(train_ds), count, replace=False))
-  init = jax.jit(lambda key: nn.meta.unbox(model.init(key, windows[0][:1]))["params"])
   probes = []
   for seed, params in zip(trained.seeds_in_view(), arm.params(), strict=True):
-    untrained = init(jax.random.key(seed))
+    untrained = harness.init_params(model, windows[0][:1], seed)
     probes.append(
       probe_seed(
         runs[("single", "pre")], model, params, untrained, layer, windows, rng, config.top_k, batch

@@ -42,15 +42,14 @@ Measured numbers, and what they show: docs/experiments.md.
 import math
 import sys
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import data
 from jaxformer.analysis import receivers, similarity
+from jaxformer.train import sweep
 
 NAME = "symmetry"
 CLAIM = (
@@ -211,11 +210,10 @@ def eval_inputs(spec, count):
 
 
 def initial_params(model, seeds, tokens_BL):
-  """Per seed, the params a sweep replica of that seed starts from (as
-  jaxformer.train.step.init_state draws them)."""
-  init = jax.jit(lambda rng, t: nn.meta.unbox(model.init(rng, t))["params"])
-  tokens = jnp.zeros(tokens_BL.shape, jnp.int32)
-  return [init(jax.random.split(jax.random.key(seed))[0], tokens) for seed in seeds]
+  """Per seed, the params a sweep replica of that seed starts from, bit for bit (the
+  params_rng of jaxformer.train.step.init_state, through the sweep's init compilation)."""
+  keys = [jax.random.split(jax.random.key(seed))[0] for seed in seeds]
+  return sweep.init_params(model, keys, tokens_BL.shape)
 
 
 PROBED = ("layers_0/mixer/out", "*/mixer/weights")  # one compiled forward pass per model

@@ -19,7 +19,8 @@ diverged (its numbers are kept, flagged, and excluded by selection); the program
 every replica has stopped or `total_steps` are done.
 
 Splits: the task's held-out split is cut in two halves by index: `validation` (first half:
-early stop and hyperparameter selection) and `eval` (second half: what a report states).
+early stop and hyperparameter selection, at every evaluation) and `eval` (second half: what
+a report states, measured at each replica's last evaluation, when its run ends).
 
 With several devices in one process and at least as many replicas, the replica axis is laid
 along a 1-D mesh of the devices that share them equally (`replica_devices`), so each device
@@ -79,7 +80,9 @@ def grid(seeds, learning_rates=(None,), weight_decays=(None,)):
 
 @dataclasses.dataclass
 class Run:
-  """What one replica did. `evals` rows: (step, val_loss, val_acc, eval_loss, eval_acc)."""
+  """What one replica did. `evals` rows: (step, val_loss, val_acc, eval_loss, eval_acc); the
+  eval half (eval_loss, eval_acc) is measured at the last row only, where the run ended
+  (`final` reads it): None in the rows before."""
 
   seed: int
   learning_rate: float
@@ -265,6 +268,31 @@ RUN_ONCE_CPU = RUN_ONCE | {"xla_cpu_parallel_codegen_split_count": 1}
 # 1,000 steps: quick sizes use it, full sizes (1,500 steps and more) keep XLA's defaults.
 FAST_COMPILE = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
 FAST_COMPILE_STEPS = 1000
+
+
+# init_params' compiled programs by (model, batch shape, number of keys, platform)
+_INITS = {}
+
+
+def init_params(model, keys, batch_shape):
+  """[model.init(key, zeros(batch_shape))["params"] for key in keys], unboxed: the draws of
+  each key exactly as one init would make them, in one program compiled as a sweep's init
+  is (RUN_ONCE: seconds less than XLA's defaults) and kept for the next call with the same
+  model, shape and number of keys. What the analyses' untrained networks start from: pass
+  jax.random.split(jax.random.key(seed))[0] for a sweep replica's own initial params (the
+  params_rng of step.init_state)."""
+  keys = jnp.stack(list(keys))
+  platform = jax.default_backend()
+  cache_key = (model, tuple(batch_shape), len(keys), platform)
+  compiled = _INITS.get(cache_key)
+  if compiled is None:
+    tokens = jnp.zeros(tuple(batch_shape), jnp.int32)
+    one = lambda key: nn.meta.unbox(model.init(key, tokens))["params"]  # noqa: E731
+    options = RUN_ONCE_CPU if platform == "cpu" else RUN_ONCE
+    compiled = jax.jit(jax.vmap(one)).lower(keys).compile(compiler_options=options)
+    compiled = program.remember(_INITS, cache_key, compiled, _MAX_COMPILED)
+  stacked = jax.device_get(compiled(keys))
+  return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(len(keys))]
 
 
 def compiler_options(config, platform):
@@ -480,8 +508,10 @@ def programs(config, n, batch_shape, eval_batch):
 
 
 def clear_compiled():
-  """Forgets every compiled sweep program of this process (the next sweep compiles again)."""
+  """Forgets every compiled sweep program of this process, init_params' too (the next sweep
+  compiles again)."""
   _COMPILED.clear()
+  _INITS.clear()
 
 
 def _held_out(dataset, batch_size):
@@ -712,10 +742,15 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
         active[i], stop_reason[i] = False, "diverged"
       # --- eval --------------------------------------------------------------------------------
       val = _evaluate(evaluate, state["params"], validation)
-      ev = _evaluate(evaluate, state["params"], evaluation)
+      stops = active & (val[1] >= target) if target is not None else np.zeros(n, bool)
+      # the eval half is read at a replica's last evaluation only (Run.final): it runs when
+      # some replica's run ends here, and the other rows hold None for it
+      ends = was_active & (diverged | stops | (s == config.total_steps))
+      ev = _evaluate(evaluate, state["params"], evaluation) if ends.any() else None
       for i in np.flatnonzero(was_active):
-        evals[i].append((s, float(val[0][i]), float(val[1][i]), float(ev[0][i]), float(ev[1][i])))
-        if active[i] and target is not None and val[1][i] >= target:
+        el, ea = (float(ev[0][i]), float(ev[1][i])) if ends[i] else (None, None)
+        evals[i].append((s, float(val[0][i]), float(val[1][i]), el, ea))
+        if stops[i]:
           active[i], stop_reason[i] = False, "early_stop"
       active_dev = put(active)
       best = float(np.nanmax(val[1][was_active])) if was_active.any() else math.nan

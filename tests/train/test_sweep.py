@@ -24,6 +24,11 @@ def _config(**fields):
   return c
 
 
+def _rows(run):
+  """A run's evaluation rows as floats (NaN where the eval half was not measured)."""
+  return np.asarray(run.evals, np.float64)
+
+
 REPLICAS = [
   sweep.Replica(seed=0, learning_rate=1e-3, weight_decay=0.1),
   sweep.Replica(seed=1, learning_rate=3e-3, weight_decay=0.0),
@@ -50,6 +55,27 @@ def test_each_vmapped_replica_matches_the_same_run_trained_alone(three):
   assert len({tuple(np.round(r.losses, 4)) for r in result.runs}) == 3
 
 
+def test_init_params_of_a_replicas_key_are_its_initial_params_exactly():
+  c = program.resolve(_config(), data.get_dataset(TASK, "train"))
+  seeds = [r.seed for r in REPLICAS]
+  compiled, _ = sweep.programs(c, len(seeds), (8, 8), (8, 8))
+  hyper = {k: np.full(len(seeds), 0.1, np.float32) for k in ("learning_rate", "weight_decay")}
+  state = compiled.init(jax.vmap(jax.random.key)(np.asarray(seeds, np.uint32)), hyper)
+  start = compiled.flat.unflatten_stacked(jax.device_get(state["params"]))
+  keys = [jax.random.split(jax.random.key(s))[0] for s in seeds]
+  model = ladder.build(c.rung, c.model)
+  got = sweep.init_params(model, keys, (8, 8))
+  for i, params in enumerate(got):
+    assert jax.tree.structure(params) == jax.tree.structure(start)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(start), strict=True):
+      np.testing.assert_array_equal(a, b[i])  # the same bits, not merely close
+  kept = dict(sweep._INITS)
+  again = sweep.init_params(model, keys, (8, 8))
+  assert sweep._INITS == kept  # the same program, not compiled again
+  np.testing.assert_array_equal(jax.tree.leaves(again[2])[0], jax.tree.leaves(got[2])[0])
+  assert not np.array_equal(*(jax.tree.leaves(p)[0] for p in got[:2]))  # seeds differ
+
+
 def test_replicas_laid_along_the_devices_match_the_single_device_program():
   assert len(jax.local_devices()) == 8  # tests/conftest.py
   replicas = sweep.grid(range(4), (1e-3, 1e-2))  # 8 replicas: one per device
@@ -72,7 +98,7 @@ def test_each_device_runs_its_replicas_in_groups(monkeypatch):
   sweep.clear_compiled()
   for a, b in zip(grouped.runs[:3], alone.runs, strict=True):
     np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
-    np.testing.assert_allclose(a.evals, b.evals, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(_rows(a), _rows(b), rtol=2e-6, atol=2e-6)
 
 
 def test_a_cpu_pads_the_replicas_to_a_multiple_of_its_devices_with_idle_ones():
@@ -89,7 +115,7 @@ def test_a_cpu_pads_the_replicas_to_a_multiple_of_its_devices_with_idle_ones():
   alone = sweep.train(_config(), replicas[7:])  # 3 replicas: one device
   for a, b in zip(padded.runs[7:], alone.runs, strict=True):  # the last is what pads copy
     np.testing.assert_allclose(a.losses, b.losses, rtol=2e-6, atol=2e-6)
-    np.testing.assert_allclose(a.evals, b.evals, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(_rows(a), _rows(b), rtol=2e-6, atol=2e-6)
 
 
 def test_a_recurrent_model_sweeps_along_the_devices():
@@ -171,6 +197,19 @@ def test_validation_and_eval_halves_are_separate_and_chance_is_the_tasks(three):
     _, val_loss, _, eval_loss, _ = run.evals[-1]
     assert val_loss != eval_loss  # different examples
   assert result.chance == 0.5 and "K values" in result.chance_rule  # MQAR with K = 2
+
+
+def test_the_eval_half_is_measured_where_a_replicas_run_ends(three):
+  for run in three.runs:  # evaluations at steps 2 and 4 (total_steps)
+    assert [row[0] for row in run.evals] == [2, 4]
+    assert run.evals[0][3:] == (None, None)  # not read: not run
+    assert all(math.isfinite(x) for x in run.evals[-1][1:])
+    assert run.final()["eval_loss"] == run.evals[-1][3]
+  # an early stop ends a run before total_steps: its last evaluation measures the eval half
+  stopped = sweep.train(_config(early_stop_accuracy=1e-6), REPLICAS[:2])  # any accuracy
+  for run in stopped.runs:
+    assert run.stop_reason == "early_stop" and [row[0] for row in run.evals] == [2]
+    assert all(math.isfinite(x) for x in run.evals[0][1:])
 
 
 @pytest.mark.parametrize(
@@ -272,7 +311,7 @@ def _same_runs(a, b):
   for x, y in zip(a.runs, b.runs, strict=True):
     assert (x.stop_reason, x.final_step) == (y.stop_reason, y.final_step)
     np.testing.assert_allclose(x.losses, y.losses, rtol=2e-6, atol=2e-6)
-    np.testing.assert_allclose(x.evals, y.evals, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(_rows(x), _rows(y), rtol=2e-6, atol=2e-6)
 
 
 def test_a_wsd_sweep_continues_into_a_longer_budget_as_if_trained_to_it_from_the_start(three):
