@@ -34,7 +34,7 @@ several on translation; MQAR may hide that).
   python -m experiments.heads --size full --workdir runs/heads_full
 
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
-heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 400 steps. full (v9): H in
+heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 250 steps. full (v9): H in
 {1, 4, 16} on MQAR V=256 L=32 K=8 (128 keys), 5+1 seeds x lr logspace(1e-3, 1e-2, 4) in two
 stages, 1,000 steps growing to 2,000 under a "wsd" schedule (a growing budget continues each
 sweep). v8's V = 64 did not separate the splits at full (every split recalled by 2,000 steps);
@@ -66,12 +66,12 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 9  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 10  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
 # v6: full in two stages, the confirmatory seeds at the selected point only; v7: full under
 # a "wsd" schedule (a budget grows by continuing each sweep); v8: full selects on one
 # exploratory seed (protocol.ONE_EXPLORATORY); v9: full on MQAR V = 256 (128 keys), where the
-# split matters, with H in {1, 4, 16}
+# split matters, with H in {1, 4, 16}; v10: quick's budget 250 (make run's 10 minutes)
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -117,7 +117,7 @@ def get_config(size="quick"):
   c.vocab_size = 64  # V
   c.seq_len = 16  # L
   c.num_kv_pairs = 4  # K (chance 1/K)
-  protocol.set_sweep_defaults(c, total_steps=400)
+  protocol.set_sweep_defaults(c, total_steps=250)  # v10 (v9: 400): make run's 10 minutes
   protocol.set_seeds(c, size if size in protocol.SEEDS else "quick")
   c.decode_batch = 8  # test prompts prefilled into the measured caches
   # v4, reported beside the verdict (no criterion reads them): the most heads of the grid with

@@ -51,7 +51,7 @@ accuracy >= 0.2, every seed; chance 1/V); the trained biases of every fold model
   python -m experiments.mlp_memory --size full --workdir runs/mlp_memory_full
 
 Sizes: quick (`make run`): D=64, 2 heads, 2 layers, L=32; W2 claims (a), (a') at F = D, the fold
-models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3+1 seeds at lr 3e-3, 300
+models at F = D (the (single, pre-norm) cell is the F = D W2 model), 3+1 seeds at lr 3e-3, 200
 steps (the fold cells too). full: F in {D, 4D} (claim (b)), fold models at 4D, 3 seeds x
 lr logspace(1e-3, 1e-2, 4), 1,500 steps (fold cells 500). Measured numbers: docs/experiments.md.
 """
@@ -91,10 +91,11 @@ PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 8  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
+VERSION = 9  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
 # v5: the parameter-matched arm (a') and the fixed-W2 falsification arm; v6: the full grid of four
 # rates; v7: the models take their vocabulary and length from the corpus when they run
-# v8: full in two stages, the confirmatory seeds at the selected point only
+# v8: full in two stages, the confirmatory seeds at the selected point only; v9: quick's
+# budget 200 (make run's 10 minutes)
 SPECS = (
   protocol.Spec(
     "w2_models_learn",
@@ -184,8 +185,9 @@ def get_config(size="quick"):
   c.num_layers = 2
   c.widths = (64,)  # F of the W2 models; F = D is also trained without W2
   # steps of the fold cells other than (single, pre-norm). v5: 300 at quick (v4: 100), the
-  # cap: every quick run grew each cell 100 -> 200 -> 300, retraining from scratch each time
-  c.fold_steps = 300
+  # cap: every quick run grew each cell 100 -> 200 -> 300, retraining from scratch each time;
+  # v9: 200, as every quick arm (make run's 10 minutes)
+  c.fold_steps = 200
   c.fold_sequences = 64  # training windows the folds are fitted on (x L positions)
   c.top_k = 50  # contexts per unit
   c.probe_sequences = 512  # training windows scanned by the probe
@@ -195,10 +197,10 @@ def get_config(size="quick"):
   c.learning_rates = (3e-3,)
   c.weight_decays = (0.1,)
   c.batch_size = 32
-  c.total_steps = 300
+  c.total_steps = 200  # v9 (v8: 300)
   c.warmup_steps = 50
   c.eval_every = 100  # no early stop on text: the plateau reads the last half's evaluations
-  c.step_cap = 300  # quick: no growth; full: x2
+  c.step_cap = 200  # quick: no growth; full: x2
   c.probe_seed = 0  # picks the probe's windows and random directions
   if size == "tiny":  # the tests: seconds
     c.corpus = "jaxformer/math/*.py"
