@@ -500,12 +500,17 @@ def criteria(metrics, config):
 def _cost_plot(config, cost, workdir):
   fig = harness.figure(cols=1)
   ax = fig.subplots()
+  plotted = []
   for name, c in cost.items():
     per_seed = [[r["steps"][i] * r["flops_per_step"] for r in c["per_width"]] for i in
                 range(len(c["per_width"][0]["steps"]))]  # fmt: skip
     protocol.spread(ax, c["widths"], [list(col) for col in zip(*per_seed, strict=True)], name)
-  ax.set_xscale("log", base=2)
-  ax.set_yscale("log")
+    plotted += [v for row in per_seed for v in row]
+  if any(math.isfinite(v) and v > 0 for v in plotted):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+  else:  # every cost unmeasured (still learning): log axes would have nothing to scale
+    ax.text(0.5, 0.5, "no cost measured", transform=ax.transAxes, ha="center", va="center")
   ax.set_xticks(list(config.cost_widths), [str(w) for w in config.cost_widths])
   ax.set(xlabel="model width D", ylabel=f"train FLOPs to {COST_TARGET} adjusted (per replica)")
   ax.set_title("cost of reaching the target (points: seeds)")

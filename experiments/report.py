@@ -242,6 +242,7 @@ class Result:
   plots: list = dataclasses.field(default_factory=list)  # file names beside the report
   seconds: float = 0.0  # wall
   cpu_seconds: float = 0.0  # CPU time of the process that ran it (every thread), for loaded boxes
+  compile_seconds: float = 0.0  # of `seconds`, compiling (jaxformer.compile_cache)
   crashed: bool = False  # set when the experiment raised instead of measuring
   controls: list = dataclasses.field(default_factory=list)  # Criterion: the comparison is fair
   size: str = ""
@@ -320,6 +321,7 @@ class Result:
       "runs": _jsonable(self.runs),
       "seconds": round(self.seconds, 2),
       "cpu_seconds": round(self.cpu_seconds, 2),
+      "compile_seconds": round(self.compile_seconds, 2),
     }
 
 

@@ -67,7 +67,7 @@ def experiment(name, module_path=None):
 def run_one(module, size, workdir, config=None):
   """Runs one experiment module (at `config`, default its config at `size`); a crash becomes
   an UNRESOLVED result that names the error."""
-  start, cpu = time.time(), time.process_time()
+  start, cpu, compiling = time.time(), time.process_time(), compile_cache.compile_seconds()
   try:
     import jax
 
@@ -79,6 +79,7 @@ def run_one(module, size, workdir, config=None):
     result = crashed(module, size, e)
   result.seconds = time.time() - start
   result.cpu_seconds = time.process_time() - cpu
+  result.compile_seconds = compile_cache.compile_seconds() - compiling
   result.size = size
   return result
 
@@ -314,7 +315,7 @@ def main(argv=None, single=None):
     results.append(result)
     print(
       f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
-      f"({result.cpu_seconds:.0f} CPU s)",
+      f"({result.cpu_seconds:.0f} CPU s, {result.compile_seconds:.0f} s compiling)",
       flush=True,
     )
     report.write(results, workdir)  # rewrite after each: a crash later loses nothing
@@ -328,9 +329,11 @@ def main(argv=None, single=None):
       print(f"[{i}/{len(names)}] {name} (size={size}) ...", flush=True)
       finished(name, run_one(experiment(name), size, workdir, config))
   path = report.write(results, workdir)
+  seconds, compiling = sum(r.seconds for r in results), sum(r.compile_seconds for r in results)
   print(
-    f"\n{report.tally(results)}: {sum(r.seconds for r in results):.0f} s of experiments"
-    f" ({sum(r.cpu_seconds for r in results):.0f} CPU s) in {time.time() - start:.0f} s wall"
+    f"\n{report.tally(results)}: {seconds:.0f} s of experiments"
+    f" ({sum(r.cpu_seconds for r in results):.0f} CPU s; {compiling:.0f} s compiling, "
+    f"{compiling / max(seconds, 1e-9):.0%}) in {time.time() - start:.0f} s wall"
   )
   for r in results:
     why = r.why()

@@ -58,12 +58,31 @@ def directory():
 
 
 _COUNTS = {"cache_hits": 0, "cache_misses": 0}
+# JAX's duration events of compiling a program: tracing to a jaxpr, lowering it, XLA's compile
+# (a persistent-cache hit times its read instead)
+COMPILE_EVENTS = (
+  "/jax/core/compile/jaxpr_trace_duration",
+  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+  "/jax/core/compile/backend_compile_duration",
+)
+_COMPILING = {"seconds": 0.0}
 
 
 def _count(event, **kwargs):
   name = event.rsplit("/", 1)[-1]
   if event.startswith("/jax/compilation_cache/") and name in _COUNTS:
     _COUNTS[name] += 1
+
+
+def _time(event, duration, **kwargs):
+  if event in COMPILE_EVENTS:
+    _COMPILING["seconds"] += duration
+
+
+def compile_seconds():
+  """Seconds this process has spent compiling since `enable` (every jit: tracing, lowering
+  and XLA, whatever called it), whether or not the persistent cache is on."""
+  return _COMPILING["seconds"]
 
 
 def counts():
@@ -79,6 +98,7 @@ def enable():
   path = directory()
   if path is not None and not getattr(enable, "listening", False):
     jax.monitoring.register_event_listener(_count)
+    jax.monitoring.register_event_duration_secs_listener(_time)
     enable.listening = True
   if path is None or os.environ.get(JAX_ENV):
     return path  # off, or JAX configured it from its own variable already

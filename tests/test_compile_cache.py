@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+
 from jaxformer import compile_cache
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,3 +73,14 @@ def test_a_second_process_reads_what_the_first_compiled(tmp_path):
   assert any(name.endswith("-cache") for name in os.listdir(tmp_path))
   env[compile_cache.ENV] = "off"
   assert _run(env) == {"dir": None, "cache_hits": 0, "cache_misses": 0}
+
+
+def test_compile_seconds_add_up_each_compile_and_nothing_for_a_cached_call():
+  compile_cache.enable()
+  f = jax.jit(lambda x: jnp.sin(x) * 3.0 + x)
+  before = compile_cache.compile_seconds()
+  f(jnp.arange(7.0)).block_until_ready()
+  compiled = compile_cache.compile_seconds()
+  assert compiled > before  # traced, lowered and compiled
+  f(jnp.arange(7.0)).block_until_ready()
+  assert compile_cache.compile_seconds() == compiled  # the same program: nothing compiles

@@ -217,3 +217,14 @@ def test_tiny_run_trains_every_form_at_matched_counts(tmp_path):
   assert result.tables[1][0].startswith("cost of reaching the target")
   for plot in result.plots:
     assert os.path.getsize(tmp_path / plot) > 1000
+
+
+def test_the_cost_plot_is_drawn_when_no_cost_was_measured(tmp_path):
+  # every seed still learning at every width: no FLOPs to plot on the log axis (a quick run of
+  # v6 crashed on it before the plot knew)
+  config = _config()
+  widths = list(config.cost_widths)
+  unmeasured = {"steps": [math.nan] * SEEDS, "flops_per_step": 1e6}
+  cost = {"full": {"widths": widths, "per_width": [dict(unmeasured) for _ in widths]}}
+  name = param_explosion._cost_plot(config, cost, str(tmp_path))
+  assert os.path.getsize(tmp_path / name) > 0

@@ -146,6 +146,7 @@ def test_two_experiments_in_two_worker_processes(tmp_path, capfd):
   assert [r.experiment for r in results] == ["declared_stub", "heads"]
   assert results[0].verdict == "SUPPORTED" and results[0].size == "tiny"
   assert 0 < results[0].cpu_seconds  # the worker's own CPU time, every thread
+  assert 0 <= results[0].compile_seconds <= results[0].seconds
   assert results[1].crashed and "No module named" in results[1].metrics["error"]
   out = capfd.readouterr().out
   assert "fixed_memory| declared stub measured" in out
