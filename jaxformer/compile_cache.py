@@ -25,6 +25,7 @@ MB each, and is keyed by jax version, so upgrades start a new set of files.
 """
 
 import os
+import time
 
 import jax
 
@@ -65,7 +66,11 @@ COMPILE_EVENTS = (
   "/jax/core/compile/jaxpr_to_mlir_module_duration",
   "/jax/core/compile/backend_compile_duration",
 )
-_COMPILING = {"seconds": 0.0}
+# The events' time spans, merged: a jit traced inside another's trace reports its own event
+# within the outer one's span, and is counted once. Events arrive as they end, so the spans an
+# event overlaps are the last ones of the (sorted, disjoint) list.
+_SPANS = []  # [start, end] each
+_COMPILING = {"seconds": 0.0}  # the spans' total
 
 
 def _count(event, **kwargs):
@@ -74,14 +79,23 @@ def _count(event, **kwargs):
     _COUNTS[name] += 1
 
 
-def _time(event, duration, **kwargs):
-  if event in COMPILE_EVENTS:
-    _COMPILING["seconds"] += duration
+def _time(event, duration, now=None, **kwargs):
+  if event not in COMPILE_EVENTS:
+    return
+  end = time.perf_counter() if now is None else now
+  start = end - duration
+  while _SPANS and _SPANS[-1][1] >= start:  # nested in this event's span, or overlapping it
+    s, e = _SPANS.pop()
+    _COMPILING["seconds"] -= e - s
+    start, end = min(start, s), max(end, e)
+  _SPANS.append((start, end))
+  _COMPILING["seconds"] += end - start
 
 
 def compile_seconds():
-  """Seconds this process has spent compiling since `enable` (every jit: tracing, lowering
-  and XLA, whatever called it), whether or not the persistent cache is on."""
+  """Seconds this process has spent compiling since `enable`: the time spans of every jit's
+  tracing, lowering and XLA compile, whatever called it, nested traces counted once; whether
+  or not the persistent cache is on."""
   return _COMPILING["seconds"]
 
 

@@ -84,3 +84,18 @@ def test_compile_seconds_add_up_each_compile_and_nothing_for_a_cached_call():
   assert compiled > before  # traced, lowered and compiled
   f(jnp.arange(7.0)).block_until_ready()
   assert compile_cache.compile_seconds() == compiled  # the same program: nothing compiles
+
+
+def test_compile_seconds_count_a_nested_trace_once(monkeypatch):
+  monkeypatch.setattr(compile_cache, "_SPANS", [])
+  monkeypatch.setattr(compile_cache, "_COMPILING", {"seconds": 0.0})
+  trace, xla = compile_cache.COMPILE_EVENTS[0], compile_cache.COMPILE_EVENTS[2]
+  # events as they end: two inner traces inside an outer one (0-5 s), then its XLA compile
+  compile_cache._time(trace, 1.0, now=2.0)  # [1, 2]
+  compile_cache._time(trace, 1.0, now=4.0)  # [3, 4]
+  assert compile_cache.compile_seconds() == 2.0
+  compile_cache._time(trace, 5.0, now=5.0)  # [0, 5]: holds both
+  assert compile_cache.compile_seconds() == 5.0
+  compile_cache._time(xla, 2.0, now=8.0)  # [6, 8]
+  compile_cache._time("/jax/some/other_duration", 100.0, now=9.0)  # not compiling
+  assert compile_cache.compile_seconds() == 7.0
