@@ -56,6 +56,7 @@ import numpy as np
 from experiments import harness, protocol, report, run_all, sizes, symmetry
 from experiments.symmetry import eval_inputs
 from jaxformer.analysis import receivers
+from jaxformer.analysis.cache import cached
 
 NAME = "interaction"
 CLAIM = (
@@ -196,7 +197,7 @@ def probe(model, params, tokens_BL):
   """({'layers_i': interaction share of its scores}, receiver dependence: mean over layers
   and heads) of one model on the probe batch."""
   variables = {"params": params}
-  cache = receivers.cached(model, variables, tokens_BL, PROBED)
+  cache = cached(model, variables, tokens_BL, PROBED)
   scores = receivers.scores(model, variables, tokens_BL, cache)
   shares = {
     name: receivers.interaction_share(s_BHLM.reshape(-1, *s_BHLM.shape[2:]))

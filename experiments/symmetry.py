@@ -49,6 +49,7 @@ import numpy as np
 from experiments import harness, protocol, report, run_all, sizes
 from jaxformer import data
 from jaxformer.analysis import receivers, similarity
+from jaxformer.analysis.cache import cached
 from jaxformer.train import sweep
 
 NAME = "symmetry"
@@ -224,7 +225,7 @@ def _measure_model(model, params_list, tokens_BL, far, with_dependence):
   contrast, uncentred cos(s_L, s_L+1); and the contrast per position, mean over seeds."""
   dep, contrast, cosine, by_position = [], [], [], []
   for params in params_list:
-    cache = receivers.cached(model, {"params": params}, tokens_BL, PROBED)
+    cache = cached(model, {"params": params}, tokens_BL, PROBED)
     s_BLD = cache["layers_0/mixer/out"]
     per_position = np.asarray(similarity.offset_contrast(s_BLD, far))
     by_position.append(per_position)

@@ -32,7 +32,9 @@ without materializing it.
 """
 
 import fnmatch
+import functools
 
+import jax
 import jax.numpy as jnp
 
 from jaxformer.math import interaction, mixing
@@ -65,6 +67,13 @@ def run_with_cache(model, params, tokens_BL, *, names=None):
   if names is not None:
     cache = {k: v for k, v in cache.items() if any(fnmatch.fnmatchcase(k, p) for p in names)}
   return logits_BLV, cache
+
+
+@functools.partial(jax.jit, static_argnames=("model", "names"))
+def cached(model, variables, tokens_BL, names):
+  """run_with_cache's entries matching the glob patterns `names` (a tuple), compiled once
+  per model, names and shapes."""
+  return run_with_cache(model, variables, tokens_BL, names=list(names))[1]
 
 
 def layer_names(cache):

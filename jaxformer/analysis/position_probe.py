@@ -11,12 +11,9 @@ half of the sequences and scored on the other half as R^2 = 1 - SSE / SST (1: po
 off exactly; 0: no better than the mean position; below 0: worse).
 """
 
-import functools
-
-import jax
 import numpy as np
 
-from jaxformer.analysis.cache import run_with_cache
+from jaxformer.analysis.cache import cached
 
 NAMES = ("embedded", "layers_*/resid_post")
 
@@ -40,17 +37,11 @@ def held_out_r2(features_ND, targets_N, groups_N, ridge=1e-3):
   return float(1.0 - (residual @ residual) / max(total @ total, 1e-12))
 
 
-@functools.partial(jax.jit, static_argnames=("model", "names"))
-def _activations(model, params, tokens_NL, names):
-  """The cached activations matching `names` (one program per model, names and shape)."""
-  return run_with_cache(model, {"params": params}, tokens_NL, names=list(names))[1]
-
-
 def position_r2(model, params, tokens_NL, names=NAMES, ridge=1e-3):
   """{activation name: held-out R^2 of position} for every activation of run_with_cache
   matching `names` (default: the embedding and each block's output), over every position of
   tokens_NL (at least two sequences)."""
-  cache = _activations(model, params, tokens_NL, tuple(names))
+  cache = cached(model, {"params": params}, tokens_NL, tuple(names))
   n, length = np.asarray(tokens_NL).shape
   positions = np.tile(np.arange(length), n)
   groups = np.repeat(np.arange(n), length)

@@ -21,12 +21,9 @@ choose its source.
   layer_dependence(model, variables, tokens_BL)   receiver_dependence of every layer's weights.
 """
 
-import functools
-
-import jax
 import numpy as np
 
-from jaxformer.analysis.cache import run_with_cache
+from jaxformer.analysis.cache import cached
 from jaxformer.nn.mixer import Mixer
 
 # Weights below this are rounding, not a negative weight (softmax output is >= 0 exactly).
@@ -91,13 +88,6 @@ def mixers(model):
     mixer = getattr(layer, "mixer", None)
     if isinstance(mixer, Mixer):
       yield f"layers_{i}", mixer
-
-
-@functools.partial(jax.jit, static_argnames=("model", "names"))
-def cached(model, variables, tokens_BL, names):
-  """run_with_cache's entries matching the glob patterns `names` (a tuple), compiled once
-  per model, names and shapes."""
-  return run_with_cache(model, variables, tokens_BL, names=list(names))[1]
 
 
 SCORE_INPUTS = ("*/mixer/queries", "*/mixer/keys")

@@ -260,6 +260,13 @@ RUN_ONCE = {"xla_backend_optimization_level": 0}
 # (medians of 3, CPU s; the same arrays), where the train and eval steps gained nothing beyond
 # the noise (BENCHMARKS.md, "Where a quick arm's compile goes")
 RUN_ONCE_CPU = RUN_ONCE | {"xla_cpu_parallel_codegen_split_count": 1}
+
+
+def run_once(platform):
+  """The XLA options of a program that runs once (an init) compiled for `platform`."""
+  return RUN_ONCE_CPU if platform == "cpu" else RUN_ONCE
+
+
 # On a CPU, a short sweep's train and eval steps compile with fewer LLVM passes and XLA's
 # elemental fusion emitters instead of the MLIR ones, and its init without the MLIR ones too:
 # at the quick sizes (jaxformer/bench/sweep.py, 3 replicas, CPU seconds) compiling the three
@@ -288,8 +295,7 @@ def init_params(model, keys, batch_shape):
   if compiled is None:
     tokens = jnp.zeros(tuple(batch_shape), jnp.int32)
     one = lambda key: nn.meta.unbox(model.init(key, tokens))["params"]  # noqa: E731
-    options = RUN_ONCE_CPU if platform == "cpu" else RUN_ONCE
-    compiled = jax.jit(jax.vmap(one)).lower(keys).compile(compiler_options=options)
+    compiled = jax.jit(jax.vmap(one)).lower(keys).compile(compiler_options=run_once(platform))
     compiled = program.remember(_INITS, cache_key, compiled, _MAX_COMPILED)
   stacked = jax.device_get(compiled(keys))
   return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(len(keys))]
@@ -297,11 +303,10 @@ def init_params(model, keys, batch_shape):
 
 def compiler_options(config, platform):
   """{program: XLA options or None} of a sweep of `config` compiled for `platform`."""
-  cpu = platform == "cpu"
-  if not (cpu and config.total_steps <= FAST_COMPILE_STEPS):
-    return {"init": RUN_ONCE_CPU if cpu else RUN_ONCE, "train_step": None, "eval_step": None}
+  if not (platform == "cpu" and config.total_steps <= FAST_COMPILE_STEPS):
+    return {"init": run_once(platform), "train_step": None, "eval_step": None}
   return {
-    "init": RUN_ONCE_CPU | {"xla_cpu_use_fusion_emitters": False},
+    "init": run_once(platform) | {"xla_cpu_use_fusion_emitters": False},
     "train_step": FAST_COMPILE,
     "eval_step": FAST_COMPILE,
   }

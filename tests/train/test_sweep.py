@@ -55,8 +55,9 @@ def test_each_vmapped_replica_matches_the_same_run_trained_alone(three):
   assert len({tuple(np.round(r.losses, 4)) for r in result.runs}) == 3
 
 
-def test_init_params_of_a_replicas_key_are_its_initial_params_exactly():
-  c = program.resolve(_config(), data.get_dataset(TASK, "train"))
+@pytest.mark.parametrize("total_steps", [4, sweep.FAST_COMPILE_STEPS + 1])  # both init options
+def test_init_params_of_a_replicas_key_are_its_initial_params_exactly(total_steps):
+  c = program.resolve(_config(total_steps=total_steps), data.get_dataset(TASK, "train"))
   seeds = [r.seed for r in REPLICAS]
   compiled, _ = sweep.programs(c, len(seeds), (8, 8), (8, 8))
   hyper = {k: np.full(len(seeds), 0.1, np.float32) for k in ("learning_rate", "weight_decay")}
