@@ -82,6 +82,15 @@ def model_fields(config, **fields):
 SIZED_BY_CORPUS = {"vocab_size": None, "max_len": None}
 
 
+# The text arms' corpus (heads, mlp_memory): jaxformer's own source, jaxformer/**/*.py at
+# commit 7a28022 (the files in sorted order, one stream, 589,846 characters), gzipped. Pinned:
+# the live source changes with every commit, so a text arm reading it reproduced only at the
+# commit that ran it. SOURCE_CORPUS_SHA256 is the digest of the decompressed stream
+# (tests/experiments/test_harness.py). mlp_memory v8's full run read this source (its commit).
+SOURCE_CORPUS = "experiments/corpora/jaxformer_source_7a28022.txt.gz"
+SOURCE_CORPUS_SHA256 = "0cb1a6e38966486387288d9b10ec3609c94fd621e3e48ae18308acc995e18605"
+
+
 def text_task(corpus, seq_len, stride):
   """The char-level text spec of `corpus` (a glob relative to the repository root): windows of
   seq_len characters every `stride`."""

@@ -66,12 +66,13 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 10  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 11  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
 # v6: full in two stages, the confirmatory seeds at the selected point only; v7: full under
 # a "wsd" schedule (a budget grows by continuing each sweep); v8: full selects on one
 # exploratory seed (protocol.ONE_EXPLORATORY); v9: full on MQAR V = 256 (128 keys), where the
-# split matters, with H in {1, 4, 16}; v10: quick's budget 250 (make run's 10 minutes)
+# split matters, with H in {1, 4, 16}; v10: quick's budget 250 (make run's 10 minutes);
+# v11: the text arms read the pinned source corpus (harness.SOURCE_CORPUS), not the live source
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -124,7 +125,7 @@ def get_config(size="quick"):
   # only the scorer, or only the values, widened to the summed reference's rank D/4; and one
   # head against summed_heads heads (H r = budget both) as char-level LMs on `text_corpus`
   c.rank_split = True
-  c.text_corpus = "jaxformer/**/*.py"  # glob relative to the repository root: our own source
+  c.text_corpus = harness.SOURCE_CORPUS  # v11 (v10: the live jaxformer/**/*.py)
   c.text_seq_len, c.text_stride = 32, 16
   if size == "tiny":  # the tests: seconds
     c.d_model, c.budget, c.heads_grid, c.num_layers, c.seq_len = 16, 16, (4, 8), 1, 8

@@ -91,11 +91,12 @@ PATTERN_MARGIN = 0.1  # (f) bigram rate: units - max(controls) >= this
 VALUE_MARGIN = 0.05  # (g) next-token agreement: units - max(controls) >= this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 9  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
+VERSION = 10  # v2: folds (c), (d with x A) are checks; v3: ablation (h); v4: (h) from init;
 # v5: the parameter-matched arm (a') and the fixed-W2 falsification arm; v6: the full grid of four
 # rates; v7: the models take their vocabulary and length from the corpus when they run
 # v8: full in two stages, the confirmatory seeds at the selected point only; v9: quick's
-# budget 200 (make run's 10 minutes)
+# budget 200 (make run's 10 minutes); v10: the pinned source corpus (harness.SOURCE_CORPUS), not
+# the live source
 SPECS = (
   protocol.Spec(
     "w2_models_learn",
@@ -177,7 +178,7 @@ FALSIFICATION = (
 
 def get_config(size="quick"):
   c = ml_collections.ConfigDict()
-  c.corpus = "jaxformer/**/*.py"  # glob relative to the repository root: our own source
+  c.corpus = harness.SOURCE_CORPUS  # v10 (v9: the live jaxformer/**/*.py)
   c.seq_len = 32  # L: characters per example
   c.stride = 16  # window start step (overlapping windows: more examples)
   c.d_model = 64  # D

@@ -1,7 +1,7 @@
 """Byte- or char-level language modelling over local text files.
 
 The files a path or glob names are read in sorted order and concatenated into one token
-stream; its last `val_fraction` is held out as the test split (nanoGPT's split). Each
+stream (a file whose name ends in .gz is read decompressed: a pinned corpus can ship small); its last `val_fraction` is held out as the test split (nanoGPT's split). Each
 example is one window of seq_len + 1 tokens (inputs = window[:-1], targets =
 window[1:]), windows start every `stride` tokens, and every position is scored.
 
@@ -13,8 +13,10 @@ the one `tokenizer` names, e.g. GPT-2's files) and keeps it beside the prepared 
 """
 
 import glob
+import gzip
 import hashlib
 import os
+import zlib
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,21 @@ def fingerprint(path: str) -> str:
     st = os.stat(p)
     h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
   return h.hexdigest()
+
+
+def read(path: str) -> bytes:
+  """The bytes of the corpus `path` names: its files in sorted order, each .gz decompressed."""
+  parts = []
+  for p in resolve_paths(path):
+    with open(p, "rb") as f:
+      data = f.read()
+    if p.endswith(".gz"):
+      try:
+        data = gzip.decompress(data)
+      except (OSError, EOFError, zlib.error) as e:
+        raise DataError(f"text.path={path}: {p} is not a readable gzip file ({e})") from None
+    parts.append(data)
+  return b"".join(parts)
 
 
 def encode(text: bytes | str, level: str, field: str) -> tuple[np.ndarray, str | None]:
@@ -98,11 +115,7 @@ def build(params: dict[str, Any]) -> tuple[dict[str, dict[str, np.ndarray]], dic
   """The text task: (examples per split, metadata with vocab_size, alphabet and, for level=bpe,
   the tokenizer object under 'tokenizer')."""
   path, level = params["path"], params["level"]
-  parts = []
-  for p in resolve_paths(path):
-    with open(p, "rb") as f:
-      parts.append(f.read())
-  data = b"".join(parts)
+  data = read(path)
   if not data:
     raise DataError(f"text.path={path}: the matched files are empty")
   if level == "bpe":

@@ -1,5 +1,6 @@
 """The text task: files -> byte/char windows, split, alphabet, and its errors."""
 
+import gzip
 import os
 
 import numpy as np
@@ -53,6 +54,23 @@ def test_char_level_alphabet_and_decode(corpus, tmp_path):
   assert train.decode(train.source[1]["inputs"]) == (CORPUS_A + CORPUS_B)[4:20]
 
 
+def test_a_gzip_file_reads_as_its_text(corpus, tmp_path):
+  (corpus / "b.txt").unlink()
+  (corpus / "b.txt.gz").write_bytes(gzip.compress(CORPUS_B.encode(), mtime=0))
+  arrays, meta = build(f"text:path={corpus},level=char,seq_len=16,stride=4,val_fraction=0.2")
+  plain = tmp_path / "plain"
+  plain.mkdir()
+  (plain / "a.txt").write_text(CORPUS_A, encoding="utf-8")
+  (plain / "b.txt").write_text(CORPUS_B, encoding="utf-8")
+  expected, expected_meta = build(
+    f"text:path={plain},level=char,seq_len=16,stride=4,val_fraction=0.2"
+  )
+  assert meta == expected_meta
+  for split in ("train", "test"):
+    for field in ("inputs", "targets", "mask"):
+      np.testing.assert_array_equal(arrays[split][field], expected[split][field])
+
+
 def test_an_edited_file_is_prepared_again(corpus, tmp_path):
   spec = f"text:path={corpus}/a.txt,seq_len=8"
   first = get_dataset(spec, "train", data_dir=str(tmp_path / "cache"))
@@ -70,13 +88,20 @@ def test_an_edited_file_is_prepared_again(corpus, tmp_path):
     ("short", "path={d}/short.txt,seq_len=64", "text.seq_len=64: the train split has only"),
     ("latin1", "path={d}/latin1.txt,level=char", "text.path={d}/latin1.txt: not valid UTF-8"),
     ("utf8", "path={d}/utf8.txt,vocab_size=128", "text.vocab_size=128: token id 195"),
+    (
+      "bad.txt",
+      "path={d}/bad.txt.gz",
+      "text.path={d}/bad.txt.gz: {d}/bad.txt.gz is not a readable gzip",
+    ),
   ],
 )
 def test_bad_text_input_names_the_field(tmp_path, make, params, starts):
   contents = {"empty": b"", "short": b"x" * 40, "latin1": b"caf\xe9 " * 20}
   contents["utf8"] = "café ".encode() * 20
+  contents["bad.txt"] = gzip.compress(b"x" * 200)[:20]  # cut short
   if make:
-    (tmp_path / f"{make}.txt").write_bytes(contents[make])
+    name = f"{make}.gz" if make == "bad.txt" else f"{make}.txt"
+    (tmp_path / name).write_bytes(contents[make])
   with pytest.raises(DataError) as info:
     get_dataset("text:" + params.format(d=tmp_path), "train", data_dir=str(tmp_path / "c"))
   assert str(info.value).startswith(starts.format(d=tmp_path)), str(info.value)

@@ -1,10 +1,13 @@
+import hashlib
 import math
+import os
 
 import numpy as np
 import pytest
 
 from experiments import harness
 from jaxformer import ladder
+from jaxformer.data import text
 
 
 def test_train_config_replaces_model_and_training_fields():
@@ -52,3 +55,9 @@ def test_finite_walks_nested_metrics():
   assert harness.finite({"a": [1.0, {"b": 2}], "c": "text"})
   assert not harness.finite({"a": [1.0, {"b": math.nan}]})
   assert not harness.finite([np.float32(np.inf)])
+
+
+def test_the_pinned_source_corpus_is_the_registered_stream():
+  data = text.read(os.path.join(harness.REPO_ROOT, harness.SOURCE_CORPUS))
+  assert hashlib.sha256(data).hexdigest() == harness.SOURCE_CORPUS_SHA256
+  assert len(data.decode("utf-8")) == 589_846
