@@ -435,12 +435,19 @@ def plateau_status(run, budget, tolerance=PLATEAU_TOLERANCE, window=PLATEAU_WIND
     return "target"
   if run.stop_reason == "diverged":
     return "diverged"
+  gain = plateau_gain(run, budget, window)
+  return "flat" if gain is not None and gain < tolerance else "learning"
+
+
+def plateau_gain(run, budget, window=PLATEAU_WINDOW):
+  """What the plateau rule compares with its tolerance: the best validation accuracy over the
+  last `window` of `budget` steps minus the best before (None: no evaluation on one side)."""
   cut = budget * (1 - window)
   before = [va for step, _, va, _, _ in run.evals if step <= cut]
   after = [va for step, _, va, _, _ in run.evals if step > cut]
   if not before or not after:
-    return "learning"
-  return "flat" if max(after) - max(before) < tolerance else "learning"
+    return None
+  return float(max(after) - max(before))
 
 
 FINISHED = ("target", "flat", "diverged")
@@ -687,13 +694,15 @@ class Trained:
     return rows
 
   def plateau_table(self):
-    """Per arm: budget, each replica's plateau status at the selected point, grid changes."""
+    """Per arm: budget, each replica's plateau status at the selected point and its gain over
+    the window (what the rule compares with the tolerance), the grid's changes."""
     rows = []
     for r in self.results:
       all_seeds = dataclasses.replace(r, seeds=None)
-      status = dict(
-        zip((x.seed for x in all_seeds.selected_runs()), all_seeds.plateau(), strict=True)
-      )
+      runs = all_seeds.selected_runs()
+      status = dict(zip((x.seed for x in runs), all_seeds.plateau(), strict=True))
+      window = (r.rule or {}).get("plateau_window", PLATEAU_WINDOW)
+      gains = {x.seed: plateau_gain(x, r._budget(), window) for x in runs}
       rows.append(
         {
           "model": r.arm.model,
@@ -703,6 +712,9 @@ class Trained:
           "exploratory": " ".join(f"{s}:{status[s]}" for s in sorted(status) if s in r.exploratory),
           "confirmatory": " ".join(
             f"{s}:{status[s]}" for s in sorted(status) if s not in r.exploratory
+          ),
+          "gain over the window": " ".join(
+            f"{s}:{'-' if gains[s] is None else format(gains[s], '+.3f')}" for s in sorted(gains)
           ),
           "grid / budget changes": "; ".join(h["what"] for h in r.history) or "none",
         }

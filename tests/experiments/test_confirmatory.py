@@ -249,6 +249,19 @@ def test_plateau_status_reads_the_last_half_of_the_budget():
   assert protocol.plateau_status(diverged, 400) == "diverged"
 
 
+def test_plateau_gain_is_what_the_status_compares_with_the_tolerance():
+  flat, climbing = _run(0, 1e-3, 800, 300), _run(0, 1e-3, 400, 1000)
+  assert 0 <= protocol.plateau_gain(flat, 800) < protocol.PLATEAU_TOLERANCE
+  assert protocol.plateau_gain(climbing, 400) >= protocol.PLATEAU_TOLERANCE
+  # the same run is flat under a tolerance just above its gain and learning just below it
+  gain = protocol.plateau_gain(climbing, 400)
+  assert protocol.plateau_status(climbing, 400, tolerance=gain + 1e-6) == "flat"
+  assert protocol.plateau_status(climbing, 400, tolerance=gain - 1e-6) == "learning"
+  one_eval = sweep.Run(0, 1e-3, 0.1, [0.0] * 100, [(100, 0.5, 0.5, 0.5, 0.5)], 100, "completed")
+  assert protocol.plateau_gain(one_eval, 100) is None
+  assert protocol.plateau_status(one_eval, 100) == "learning"
+
+
 @pytest.fixture
 def fake_sweep(monkeypatch):
   """sweep.train replaced by curves: `learns_by[model d_model][lr]` steps to 0.95 (a
@@ -292,6 +305,9 @@ def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fak
   w = protocol.train_arm(weak, config, log=lambda t: None)
   assert w.budget == 800 and not w.plateaued()  # the cap, still learning
   trained = protocol.Trained([r, w])
+  weak_row = [row for row in trained.plateau_table() if row["model"] == "weak"][0]
+  gains = [float(part.split(":")[1]) for part in weak_row["gain over the window"].split()]
+  assert len(gains) == 4 and min(gains) >= protocol.PLATEAU_TOLERANCE
   m = trained.metrics()
   holds = report.every_seed(
     "weak learns", m["accuracy"]["weak"]["s"], lambda a: a >= 0.0, reads=[("weak", "s")]
