@@ -660,6 +660,7 @@ class Trained:
               "budget": r._budget(),
               "stop_reason": x.stop_reason,
               "plateau": plateau_status(x, r._budget(), tol, window),
+              "plateau_gain": plateau_gain(x, r._budget(), window),
               "selected": r.selected == (x.learning_rate, x.weight_decay),
               # the validation curve: readings such as fastest_steps_to recompute from it
               "val_accuracy_by_step": [[step, va] for step, _, va, _, _ in x.evals],

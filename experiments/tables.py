@@ -7,8 +7,10 @@
 `results/<experiment>_<size>.json.gz` holds one experiment's complete results.json entry
 (design hash and version, commit, date, criteria, plateau, per-rate verdicts, every trained
 replica), so a single experiment can be rerun and its file replaced. Each table sits between
-`<!-- results table: SIZE -->` and `<!-- end results table -->` in a document; nothing inside
-is typed by hand, and tests/test_tables.py fails when a table disagrees with its files.
+`<!-- results table: SIZE -->` and `<!-- end results table -->` in a document (`results table:
+learning SIZE`: the arms still learning at their cap, with what each gained over the plateau
+window); nothing inside is typed by hand, and tests/test_tables.py fails when a table disagrees
+with its files.
 """
 
 import gzip
@@ -20,6 +22,7 @@ import sys
 from absl import flags
 
 from experiments import cli, designs, harness, protocol, run_all
+from jaxformer.train import sweep
 
 RESULTS = os.path.join(harness.REPO_ROOT, "results")
 DOCUMENTS = (
@@ -27,7 +30,9 @@ DOCUMENTS = (
   os.path.join(harness.REPO_ROOT, "docs", "experiments.md"),
 )
 BLOCK = re.compile(
-  r"(<!-- results table: (?P<size>\w+) -->\n)(?P<body>.*?)(<!-- end results table -->)", re.S
+  r"(<!-- results table: (?P<kind>learning )?(?P<size>\w+) -->\n)(?P<body>.*?)"
+  r"(?P<end><!-- end results table -->)",
+  re.S,
 )
 
 
@@ -127,11 +132,59 @@ def table(size, results=RESULTS, registry=None):
   return "\n".join(header + rows(size, results, registry)) + "\n"
 
 
+def _gain(record):
+  """A replica's gain over the plateau window: filed with it, or (files from before it was)
+  recomputed from its validation curve under the default window, the one every design used."""
+  m = record["metrics"]
+  if "plateau_gain" in m:
+    return m["plateau_gain"]
+  curve = [(step, None, va, None, None) for step, va in m.get("val_accuracy_by_step", [])]
+  run = sweep.Run(record["seed"], None, None, [], curve, m["budget"], m["stop_reason"])
+  return protocol.plateau_gain(run, m["budget"])
+
+
+def learning_rows(size, results=RESULTS):
+  """One row per arm whose replicas at the selected point did not all finish learning."""
+  out = []
+  for name in run_all.EXPERIMENTS:
+    entry = load(name, size, results) or {}
+    arms = {}
+    for record in entry.get("runs", []):
+      m = record["metrics"]
+      if m.get("selected"):
+        arms.setdefault((record["model"], record["setting"]), []).append(record)
+    for (model, setting), records in arms.items():
+      learning = [x for x in records if x["metrics"]["plateau"] not in protocol.FINISHED]
+      if not learning:
+        continue
+      gains = [g for g in map(_gain, learning) if g is not None]
+      spread = " to ".join(dict.fromkeys(f"{g:+.3f}" for g in (min(gains), max(gains))))
+      spread = spread if gains else "too few evaluations"
+      out.append(
+        f"| `{name}` | {model} @ {setting} | {records[0]['metrics']['budget']} "
+        f"| {len(learning)} of {len(records)} | {spread} |"
+      )
+  return out or ["| every arm finished learning | | | | |"]
+
+
+def learning_table(size, results=RESULTS):
+  header = [
+    "| experiment | arm | budget (the cap) | replicas still learning | their gain over the "
+    f"last {protocol.PLATEAU_WINDOW:.0%} (flat: < {protocol.PLATEAU_TOLERANCE:g}) |",
+    "|---|---|---:|---|---|",
+  ]
+  return "\n".join(header + learning_rows(size, results)) + "\n"
+
+
 def render(text, results=RESULTS, registry=None):
   """`text` with every results table regenerated."""
-  return BLOCK.sub(
-    lambda m: m.group(1) + table(m.group("size"), results, registry) + m.group(4), text
-  )
+
+  def one(m):
+    size = m.group("size")
+    body = learning_table(size, results) if m.group("kind") else table(size, results, registry)
+    return m.group(1) + body + m.group("end")
+
+  return BLOCK.sub(one, text)
 
 
 def drifted(documents=DOCUMENTS, results=RESULTS, registry=None):

@@ -70,3 +70,39 @@ def test_filing_refuses_an_entry_without_experiment_or_size(tmp_path):
   written = _file(tmp_path, [_entry()])
   assert tables.load("skips", "quick", str(tmp_path / "results"))["verdict"] == "SUPPORTED"
   assert written[0].endswith("skips_quick.json.gz")
+
+
+def _record(model, seed, plateau, curve, selected=True, **metrics):
+  return {
+    "model": model,
+    "setting": "depth=2",
+    "seed": seed,
+    "metrics": {
+      "plateau": plateau,
+      "selected": selected,
+      "budget": 400,
+      "stop_reason": "completed",
+      "val_accuracy_by_step": curve,
+      **metrics,
+    },
+  }
+
+
+def test_the_learning_table_lists_the_arms_still_learning_with_their_gain(tmp_path):
+  climbing = [[100, 0.2], [200, 0.4], [300, 0.5], [400, 0.7]]  # +0.3 over the last half
+  runs = [
+    _record("no_skip", 0, "learning", climbing),
+    _record("no_skip", 1, "learning", climbing, plateau_gain=0.05),  # filed: read as filed
+    _record("no_skip", 2, "flat", [[200, 0.5], [400, 0.51]]),
+    _record("no_skip", 3, "learning", climbing, selected=False),  # another rate: not read
+    _record("residual", 0, "target", [[100, 0.99]]),
+  ]
+  _file(tmp_path, [_entry(runs=runs)])
+  doc = "<!-- results table: learning quick -->\nold\n<!-- end results table -->\n"
+  text = tables.render(doc, str(tmp_path / "results"), {})
+  rows = [line for line in text.splitlines() if line.startswith("| `")]
+  assert rows == ["| `skips` | no_skip @ depth=2 | 400 | 2 of 3 | +0.050 to +0.300 |"]
+  assert "(flat: < 0.02)" in text and "old" not in text
+  _file(tmp_path, [_entry(runs=runs[2:])])
+  text = tables.render(doc, str(tmp_path / "results"), {})
+  assert "| every arm finished learning | | | | |" in text
