@@ -536,12 +536,13 @@ def controls(metrics, config):
       [min(v) for v in zip(*metrics["max_bias"].values(), strict=True)],
       lambda b: b >= CONTROL_BIAS,
       name="fold_biases_nonzero",
+      reads=[(name, SETTING) for name in fold_models(config).values()],
     )
   )
   return out
 
 
-def _beats_controls(description, side, margin, what, name):
+def _beats_controls(description, side, margin, what, name, reads):
   """Per seed: the units' statistic - the larger of the two controls' >= margin."""
   gaps = [
     u - max(r, c) for u, r, c in zip(side["units"], side["random"], side["untrained"], strict=True)
@@ -551,6 +552,7 @@ def _beats_controls(description, side, margin, what, name):
     gaps,
     lambda g: g >= margin,
     name=name,
+    reads=reads,
     **{f"{what} {who}": v for who, v in side.items()},
   )
 
@@ -589,18 +591,23 @@ def criteria(metrics, config):
       )
     )
   split, normed = fold[cell_name("split", "none")], fold[cell_name("split", "pre")]
+  # the fold and probe readings are measured on trained models: each reads its model's plateau
+  models = fold_models(config)
+  probed = [(w2_name(max(config.widths)), SETTING)]
   out += [
     report.every_seed(
       f"(d) split skip, no norm: the fold into the mixer alone leaves >= {SKIP_COST}",
       split["mixer"],
       lambda r: r >= SKIP_COST,
       name="split_skip_mixer_only",
+      reads=[(models[("split", "none")], SETTING)],
     ),
     report.every_seed(
       f"(e) split skip with a layer norm: even the fold with x A leaves >= {NORM_COST}",
       normed["mixer_and_skip"],
       lambda r: r >= NORM_COST,
       name="norm_blocks_fold",
+      reads=[(models[("split", "pre")], SETTING)],
     ),
   ]
   out += [
@@ -611,6 +618,7 @@ def criteria(metrics, config):
       PATTERN_MARGIN,
       "bigram rate",
       "keys_beat_controls",
+      probed,
     ),
     _beats_controls(
       f"(g) values: the token a unit's value promotes is the next token of its top contexts "
@@ -619,6 +627,7 @@ def criteria(metrics, config):
       VALUE_MARGIN,
       "agreement",
       "values_beat_controls",
+      probed,
     ),
     report.trained_minus_untrained(
       f"(h) causal: training makes zeroing a unit lower its promoted token's logit at its "
@@ -628,6 +637,7 @@ def criteria(metrics, config):
       *_ablation_minus_another(metrics["ablation"]),
       ABLATION_GAIN,
       name="ablation_lowers_promoted",
+      reads=probed,
       **{f"drop, {who}": v for who, v in metrics["ablation"].items()},
     ),
   ]

@@ -223,6 +223,22 @@ def test_one_seed_below_fails_an_every_seed_criterion():
   assert passed == [False] + [True] * 7
 
 
+def test_every_reading_of_a_trained_model_names_the_arms_whose_plateau_gates_it():
+  config = _config()
+  metrics = _metrics(config)
+  got = {
+    c.name: sorted(m for m, _ in c.reads)
+    for c in mlp_memory.controls(metrics, config) + mlp_memory.criteria(metrics, config)
+  }
+  cells = sorted(["F=256 W2", "single skip, LN none", "split skip, LN none", "split skip, LN pre"])
+  assert got["fold_biases_nonzero"] == cells
+  assert got["split_skip_mixer_only"] == ["split skip, LN none"]
+  assert got["norm_blocks_fold"] == ["split skip, LN pre"]
+  for name in ("keys_beat_controls", "values_beat_controls", "ablation_lowers_promoted"):
+    assert got[name] == ["F=256 W2"]  # the probed model
+  assert all(got.values())  # none reads a trained model without its plateau
+
+
 def test_a_grid_without_f_equal_d_is_refused():
   config = _config()
   config.widths = (256,)
