@@ -158,8 +158,9 @@ def learning_rows(size, results=RESULTS):
       if not learning:
         continue
       gains = [g for g in map(_gain, learning) if g is not None]
-      spread = " to ".join(dict.fromkeys(f"{g:+.3f}" for g in (min(gains), max(gains))))
-      spread = spread if gains else "too few evaluations"
+      spread = "too few evaluations"
+      if gains:
+        spread = " to ".join(dict.fromkeys(f"{g:+.3f}" for g in (min(gains), max(gains))))
       out.append(
         f"| `{name}` | {model} @ {setting} | {records[0]['metrics']['budget']} "
         f"| {len(learning)} of {len(records)} | {spread} |"

@@ -106,3 +106,7 @@ def test_the_learning_table_lists_the_arms_still_learning_with_their_gain(tmp_pa
   _file(tmp_path, [_entry(runs=runs[2:])])
   text = tables.render(doc, str(tmp_path / "results"), {})
   assert "| every arm finished learning | | | | |" in text
+  one_eval = [_record("no_skip", 0, "learning", [[400, 0.3]])]  # nothing before the window
+  _file(tmp_path, [_entry(runs=one_eval)])
+  text = tables.render(doc, str(tmp_path / "results"), {})
+  assert "| `skips` | no_skip @ depth=2 | 400 | 1 of 1 | too few evaluations |" in text

@@ -1,9 +1,10 @@
 """Byte- or char-level language modelling over local text files.
 
 The files a path or glob names are read in sorted order and concatenated into one token
-stream (a file whose name ends in .gz is read decompressed: a pinned corpus can ship small); its last `val_fraction` is held out as the test split (nanoGPT's split). Each
-example is one window of seq_len + 1 tokens (inputs = window[:-1], targets =
-window[1:]), windows start every `stride` tokens, and every position is scored.
+stream (a file whose name ends in .gz is read decompressed: a pinned corpus can ship small);
+its last `val_fraction` is held out as the test split (nanoGPT's split). Each example is one
+window of seq_len + 1 tokens (inputs = window[:-1], targets = window[1:]), windows start
+every `stride` tokens, and every position is scored.
 
 Byte level has a fixed vocabulary of 256 ids; char level numbers the distinct
 characters of the whole corpus in sorted order (both splits, so ids agree), and the
