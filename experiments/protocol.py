@@ -442,9 +442,15 @@ def plateau_status(run, budget, tolerance=PLATEAU_TOLERANCE, window=PLATEAU_WIND
 def plateau_gain(run, budget, window=PLATEAU_WINDOW):
   """What the plateau rule compares with its tolerance: the best validation accuracy over the
   last `window` of `budget` steps minus the best before (None: no evaluation on one side)."""
+  return window_gain([(step, va) for step, _, va, _, _ in run.evals], budget, window)
+
+
+def window_gain(curve, budget, window=PLATEAU_WINDOW):
+  """plateau_gain of a validation curve, (step, validation accuracy) pairs (a record's
+  `val_accuracy_by_step`)."""
   cut = budget * (1 - window)
-  before = [va for step, _, va, _, _ in run.evals if step <= cut]
-  after = [va for step, _, va, _, _ in run.evals if step > cut]
+  before = [va for step, va in curve if step <= cut]
+  after = [va for step, va in curve if step > cut]
   if not before or not after:
     return None
   return float(max(after) - max(before))
@@ -521,12 +527,23 @@ class ArmResult:
     config = self.sweep.config
     return int(config.total_steps) if config is not None else int(self.sweep.steps)
 
+  def plateau_rule(self):
+    """(tolerance, window) of the plateau rule this arm is read under."""
+    rule = self.rule or {}
+    return (
+      rule.get("plateau_tolerance", PLATEAU_TOLERANCE),
+      rule.get("plateau_window", PLATEAU_WINDOW),
+    )
+
   def plateau(self):
     """Per seed at the selected point: target / flat / diverged / learning."""
-    rule = self.rule or {}
-    tol = rule.get("plateau_tolerance", PLATEAU_TOLERANCE)
-    window = rule.get("plateau_window", PLATEAU_WINDOW)
+    tol, window = self.plateau_rule()
     return [plateau_status(r, self._budget(), tol, window) for r in self.selected_runs()]
+
+  def plateau_gains(self):
+    """Per seed at the selected point: plateau_gain (None: too few evaluations)."""
+    _, window = self.plateau_rule()
+    return [plateau_gain(r, self._budget(), window) for r in self.selected_runs()]
 
   def plateaued(self):
     """Every replica at the selected point finished learning (all seeds, whatever the view)."""
@@ -641,9 +658,7 @@ class Trained:
     """One record per trained replica (results.json `runs`)."""
     out = []
     for r in self.results:
-      rule = r.rule or {}
-      tol = rule.get("plateau_tolerance", PLATEAU_TOLERANCE)
-      window = rule.get("plateau_window", PLATEAU_WINDOW)
+      tol, window = r.plateau_rule()
       for x in r.runs:
         out.append(
           {
@@ -700,10 +715,9 @@ class Trained:
     rows = []
     for r in self.results:
       all_seeds = dataclasses.replace(r, seeds=None)
-      runs = all_seeds.selected_runs()
-      status = dict(zip((x.seed for x in runs), all_seeds.plateau(), strict=True))
-      window = (r.rule or {}).get("plateau_window", PLATEAU_WINDOW)
-      gains = {x.seed: plateau_gain(x, r._budget(), window) for x in runs}
+      seeds = [x.seed for x in all_seeds.selected_runs()]
+      status = dict(zip(seeds, all_seeds.plateau(), strict=True))
+      gains = dict(zip(seeds, all_seeds.plateau_gains(), strict=True))
       rows.append(
         {
           "model": r.arm.model,

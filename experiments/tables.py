@@ -22,7 +22,6 @@ import sys
 from absl import flags
 
 from experiments import cli, designs, harness, protocol, run_all
-from jaxformer.train import sweep
 
 RESULTS = os.path.join(harness.REPO_ROOT, "results")
 DOCUMENTS = (
@@ -138,9 +137,7 @@ def _gain(record):
   m = record["metrics"]
   if "plateau_gain" in m:
     return m["plateau_gain"]
-  curve = [(step, None, va, None, None) for step, va in m.get("val_accuracy_by_step", [])]
-  run = sweep.Run(record["seed"], None, None, [], curve, m["budget"], m["stop_reason"])
-  return protocol.plateau_gain(run, m["budget"])
+  return protocol.window_gain(m.get("val_accuracy_by_step", []), m["budget"])
 
 
 def learning_rows(size, results=RESULTS):
