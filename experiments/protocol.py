@@ -49,7 +49,16 @@ when a design's content changes and its version does not (`python -m experiments
    budget), and under a "wsd" one (a design's `lr_schedule`) each replica continues from
    the first step of the shorter budget's decay (sweep.Continuation: the same numbers as
    training the longer budget from step 0, for the steps after that one only). A criterion
-   that reads an arm that never plateaus is UNRESOLVED ("still learning at N steps");
+   that reads an arm that never plateaus is UNRESOLVED ("still learning at N steps").
+   A design's `plateau_reading` names how "finished" is read at a budget the arm grew to:
+   "window" (the default, above) or "doubling": the replica's best validation accuracy
+   minus its best at the budget before (the same seed, rate and weight decay), so the
+   reading asks whether doubling the budget moved it (evidence item 13). Both runs end in
+   their schedule's decay, which the window does not compare like with like: under "wsd"
+   the last window holds the whole decay and the half before none of it, so a replica whose
+   decay alone adds `plateau_tolerance` reads as learning at every budget. A replica with
+   no run at the budget before (the first budget, a rate or a seed new at this one) is read
+   by the window;
 4. the criteria are computed twice, from the confirmatory seeds (the verdict of record) and
    from the exploratory seeds; a criterion on which they disagree is UNRESOLVED. Each
    criterion has a rule over seeds (experiments/report.py: `every_seed` (the seeds split:
@@ -108,6 +117,7 @@ MIN_CONFIRMATORY = {"tiny": 1, "quick": 3, "full": 5, "accel": 5}
 PLATEAU_TOLERANCE = 0.02  # best validation accuracy gained over the window, below: flat
 PLATEAU_WINDOW = 0.5  # the last half of the budget
 PLATEAU_GROWTH = 2.0  # a budget that did not plateau retrains at 2x, up to step_cap
+PLATEAU_READINGS = ("window", "doubling")  # a design's plateau_reading (see 3. above)
 # Under a run's workdir: its finished sweeps (jaxformer/train/sweep_store.py); the same command
 # run again after a stop or crash reads them back and trains only what is missing.
 SWEEPS = "sweeps"
@@ -155,6 +165,8 @@ def set_sweep_defaults(c, total_steps):
 # warmup, the peak, a linear decay over the last 20% (jaxformer/train/optimizer.py); each
 # sweep of a grown budget continues from the start of the shorter one's decay
 WSD = {"lr_schedule": "wsd", "lr_decay_fraction": 0.2}
+# A design that reads a grown budget's plateau by the doubling (see 3. above)
+DOUBLING = {"plateau_reading": "doubling"}
 
 # A two-stage design whose first stage (the exploratory seeds at every rate of the grid) costs
 # most of its run may select on one exploratory seed (the design log says which do); the
@@ -317,13 +329,27 @@ def budget_rule(config):
   """The plateau and budget rule in force for `config`, as a dict."""
   rates = [float(lr) for lr in config.get("learning_rates", ())] or [math.nan]
   lo, hi = config.get("lr_cap", None) or (min(rates), max(rates))
-  return {
-    "plateau_tolerance": float(config.get("plateau_tolerance", PLATEAU_TOLERANCE)),
-    "plateau_window": float(config.get("plateau_window", PLATEAU_WINDOW)),
-    "plateau_growth": float(config.get("plateau_growth", PLATEAU_GROWTH)),
-    "step_cap": int(config.get("step_cap", config.get("total_steps", 0))),
-    "lr_cap": [float(lo), float(hi)],
-  } | ({"confirm_at_selected": True} if confirms_at_selected(config) else {})
+  return (
+    {
+      "plateau_tolerance": float(config.get("plateau_tolerance", PLATEAU_TOLERANCE)),
+      "plateau_window": float(config.get("plateau_window", PLATEAU_WINDOW)),
+      "plateau_growth": float(config.get("plateau_growth", PLATEAU_GROWTH)),
+      "step_cap": int(config.get("step_cap", config.get("total_steps", 0))),
+      "lr_cap": [float(lo), float(hi)],
+    }
+    | ({"confirm_at_selected": True} if confirms_at_selected(config) else {})
+    | ({"plateau_reading": "doubling"} if plateau_reading(config) == "doubling" else {})
+  )
+
+
+def plateau_reading(config):
+  """The design's `plateau_reading` (one of PLATEAU_READINGS; "window" when unset)."""
+  reading = config.get("plateau_reading", "window")
+  if reading not in PLATEAU_READINGS:
+    raise ladder.ConfigError(
+      f"plateau_reading={reading!r}: expected one of {', '.join(PLATEAU_READINGS)}"
+    )
+  return reading
 
 
 def confirms_at_selected(config):
@@ -431,11 +457,14 @@ def plateau_status(run, budget, tolerance=PLATEAU_TOLERANCE, window=PLATEAU_WIND
   """'target' (early stop), 'diverged', 'flat' (its best validation accuracy over the last
   `window` of `budget` steps gained less than `tolerance` on its best before) or 'learning'
   (it gained more, or too few evaluations to tell)."""
+  return _status(run, plateau_gain(run, budget, window), tolerance)
+
+
+def _status(run, gain, tolerance):
   if run.stop_reason == "early_stop":
     return "target"
   if run.stop_reason == "diverged":
     return "diverged"
-  gain = plateau_gain(run, budget, window)
   return "flat" if gain is not None and gain < tolerance else "learning"
 
 
@@ -456,6 +485,12 @@ def window_gain(curve, budget, window=PLATEAU_WINDOW):
   return float(max(after) - max(before))
 
 
+def best_accuracy(run):
+  """A run's best validation accuracy over its evaluations (None: no finite one)."""
+  values = [va for _, _, va, _, _ in run.evals if va is not None and math.isfinite(va)]
+  return max(values) if values else None
+
+
 FINISHED = ("target", "flat", "diverged")
 
 
@@ -472,6 +507,9 @@ class ArmResult:
   history: list = dataclasses.field(default_factory=list)  # grid extensions, budget growth
   exploratory: tuple = ()  # the seeds the selection read
   rule: dict = dataclasses.field(default_factory=dict)  # budget_rule(config)
+  # (seed, learning_rate, weight_decay) -> best validation accuracy at the budget before
+  # (the "doubling" plateau reading); {} at the first budget
+  previous: dict = dataclasses.field(default_factory=dict)
 
   @property
   def chance(self):
@@ -535,15 +573,32 @@ class ArmResult:
       rule.get("plateau_window", PLATEAU_WINDOW),
     )
 
+  def doubled(self, run):
+    """Whether `run` is read by the "doubling" plateau reading (else by the window)."""
+    key = (run.seed, run.learning_rate, run.weight_decay)
+    return (self.rule or {}).get("plateau_reading") == "doubling" and key in self.previous
+
+  def gain(self, run):
+    """What the plateau rule compares with its tolerance for `run` (None: too few
+    evaluations): its best minus its best at the budget before when doubled(run), else
+    plateau_gain over the window."""
+    if self.doubled(run):
+      best = best_accuracy(run)
+      previous = self.previous[(run.seed, run.learning_rate, run.weight_decay)]
+      return None if best is None else float(best - previous)
+    return plateau_gain(run, self._budget(), self.plateau_rule()[1])
+
+  def status(self, run):
+    """target / flat / diverged / learning, for one of this arm's runs."""
+    return _status(run, self.gain(run), self.plateau_rule()[0])
+
   def plateau(self):
     """Per seed at the selected point: target / flat / diverged / learning."""
-    tol, window = self.plateau_rule()
-    return [plateau_status(r, self._budget(), tol, window) for r in self.selected_runs()]
+    return [self.status(r) for r in self.selected_runs()]
 
   def plateau_gains(self):
-    """Per seed at the selected point: plateau_gain (None: too few evaluations)."""
-    _, window = self.plateau_rule()
-    return [plateau_gain(r, self._budget(), window) for r in self.selected_runs()]
+    """Per seed at the selected point: the gain the rule reads (None: too few evaluations)."""
+    return [self.gain(r) for r in self.selected_runs()]
 
   def plateaued(self):
     """Every replica at the selected point finished learning (all seeds, whatever the view)."""
@@ -658,8 +713,8 @@ class Trained:
     """One record per trained replica (results.json `runs`)."""
     out = []
     for r in self.results:
-      tol, window = r.plateau_rule()
       for x in r.runs:
+        doubled = r.doubled(x)
         out.append(
           {
             "model": r.arm.model,
@@ -674,8 +729,17 @@ class Trained:
               "final_step": x.final_step,
               "budget": r._budget(),
               "stop_reason": x.stop_reason,
-              "plateau": plateau_status(x, r._budget(), tol, window),
-              "plateau_gain": plateau_gain(x, r._budget(), window),
+              "plateau": r.status(x),
+              "plateau_gain": r.gain(x),
+              # "doubling": the gain is over the best at the budget before, filed beside it
+              **(
+                {
+                  "plateau_reading": "doubling",
+                  "best_before": r.previous[(x.seed, x.learning_rate, x.weight_decay)],
+                }
+                if doubled
+                else {}
+              ),
               "selected": r.selected == (x.learning_rate, x.weight_decay),
               # the validation curve: readings such as fastest_steps_to recompute from it
               "val_accuracy_by_step": [[step, va] for step, _, va, _, _ in x.evals],
@@ -718,6 +782,7 @@ class Trained:
       seeds = [x.seed for x in all_seeds.selected_runs()]
       status = dict(zip(seeds, all_seeds.plateau(), strict=True))
       gains = dict(zip(seeds, all_seeds.plateau_gains(), strict=True))
+      doubled = {x.seed: all_seeds.doubled(x) for x in all_seeds.selected_runs()}
       rows.append(
         {
           "model": r.arm.model,
@@ -728,8 +793,11 @@ class Trained:
           "confirmatory": " ".join(
             f"{s}:{status[s]}" for s in sorted(status) if s not in r.exploratory
           ),
+          # a gain read by the doubling (over the budget before) is marked "(2x)"
           "gain over the window": " ".join(
-            f"{s}:{'-' if gains[s] is None else format(gains[s], '+.3f')}" for s in sorted(gains)
+            f"{s}:{'-' if gains[s] is None else format(gains[s], '+.3f')}"
+            + ("(2x)" if doubled[s] else "")
+            for s in sorted(gains)
           ),
           "grid / budget changes": "; ".join(h["what"] for h in r.history) or "none",
         }
@@ -779,6 +847,7 @@ def train_arm(arm, config, log=print, store=None):
   start = time.perf_counter()
 
   shorter = []  # the keys of `done` at the budget before this one (a "wsd" grows from them)
+  previous = {}  # each replica's best validation accuracy at the budget before (ArmResult)
 
   def run(seed_list, rates, weight_decays):
     tc = harness.train_config(
@@ -846,6 +915,7 @@ def train_arm(arm, config, log=print, store=None):
       history=history,
       exploratory=explore,
       rule=rule,
+      previous=previous,
     )
     if selected is not None and not arm_result.plateaued() and budget < cap:
       grown = min(cap, int(round(budget * rule["plateau_growth"])))
@@ -853,6 +923,12 @@ def train_arm(arm, config, log=print, store=None):
         {"what": f"budget {budget} -> {grown} steps (still learning)", "budget": grown}
       )
       shorter = [k for k in done if k[-1] == budget]
+      before = [x for res in {id(done[k]): done[k] for k in shorter}.values() for x in res.runs]
+      previous = {
+        (x.seed, x.learning_rate, x.weight_decay): best_accuracy(x)
+        for x in before
+        if best_accuracy(x) is not None
+      }
       budget = grown
       continue
     arm_result.seconds = time.perf_counter() - start
@@ -912,7 +988,14 @@ def setup_text(config, trained):
     f"{rule['plateau_growth']:g} to at most {rule['step_cap']} until every replica plateaus "
     f"(early stop at validation accuracy {config.get('early_stop_accuracy')}, or a gain "
     f"< {rule['plateau_tolerance']:g} over the last {rule['plateau_window']:.0%} of the "
-    f"budget). Chance: {chance}."
+    f"budget"
+    + (
+      "; at a budget the arm grew to, a gain of its best over its best at the budget "
+      "before, the doubling reading"
+      if rule.get("plateau_reading") == "doubling"
+      else ""
+    )
+    + f"). Chance: {chance}."
   )
 
 

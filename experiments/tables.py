@@ -158,6 +158,9 @@ def learning_rows(size, results=RESULTS):
       spread = "too few evaluations"
       if gains:
         spread = " to ".join(dict.fromkeys(f"{g:+.3f}" for g in (min(gains), max(gains))))
+      doubled = sum(x["metrics"].get("plateau_reading") == "doubling" for x in learning)
+      if doubled:
+        spread += f" ({doubled} over the budget before)"
       out.append(
         f"| `{name}` | {model} @ {setting} | {records[0]['metrics']['budget']} "
         f"| {len(learning)} of {len(records)} | {spread} |"
@@ -168,7 +171,8 @@ def learning_rows(size, results=RESULTS):
 def learning_table(size, results=RESULTS):
   header = [
     "| experiment | arm | budget (the cap) | replicas still learning | their gain over the "
-    f"last {protocol.PLATEAU_WINDOW:.0%} (flat: < {protocol.PLATEAU_TOLERANCE:g}) |",
+    f"last {protocol.PLATEAU_WINDOW:.0%}, or over the budget before where the design reads "
+    f"the doubling (flat: < {protocol.PLATEAU_TOLERANCE:g}) |",
     "|---|---|---:|---|---|",
   ]
   return "\n".join(header + learning_rows(size, results)) + "\n"

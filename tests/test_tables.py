@@ -103,6 +103,13 @@ def test_the_learning_table_lists_the_arms_still_learning_with_their_gain(tmp_pa
   rows = [line for line in text.splitlines() if line.startswith("| `")]
   assert rows == ["| `skips` | no_skip @ depth=2 | 400 | 2 of 3 | +0.050 to +0.300 |"]
   assert "(flat: < 0.02)" in text and "old" not in text
+  doubled = _record("no_skip", 4, "learning", climbing, plateau_gain=0.04, best_before=0.66)
+  doubled["metrics"]["plateau_reading"] = "doubling"  # its gain is over the budget before
+  _file(tmp_path, [_entry(runs=[*runs, doubled])])
+  rows = [x for x in tables.render(doc, str(tmp_path / "results"), {}).splitlines() if "| `" in x]
+  assert rows == [
+    "| `skips` | no_skip @ depth=2 | 400 | 3 of 4 | +0.040 to +0.300 (1 over the budget before) |"
+  ]
   _file(tmp_path, [_entry(runs=runs[2:])])
   text = tables.render(doc, str(tmp_path / "results"), {})
   assert "| every arm finished learning | | | | |" in text

@@ -108,6 +108,7 @@ def test_the_hash_covers_seeds_specs_falsification_and_rule_but_not_the_version(
     _module(confirmatory_seeds=(0, 1, 3)),
     _module(step_cap=800),
     _module(plateau_tolerance=0.01),
+    _module(plateau_reading="doubling"),
   ):
     assert protocol.design(changed, "quick").hash != base.hash
   m = _module()
@@ -122,6 +123,7 @@ def test_the_hash_covers_seeds_specs_falsification_and_rule_but_not_the_version(
     ({"confirmatory_seeds": (0, 1)}, "at least 3"),
     ({"confirmatory_seeds": ()}, "at least one"),
     ({"exploratory_seeds": (), "confirmatory_seeds": ()}, "at least 3"),
+    ({"plateau_reading": "twice"}, "plateau_reading='twice'"),
   ],
 )
 def test_a_bad_seed_declaration_is_refused_naming_the_field(fields, match):
@@ -317,6 +319,49 @@ def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fak
   assert holds.verdict == report.UNRESOLVED
   assert holds.note == "still learning at 800 steps: weak @ s"
   assert m["plateau"]["weak"]["s"] == ["learning"] * 4
+
+
+def test_the_doubling_reading_sees_a_plateau_the_window_reads_as_the_decay(monkeypatch):
+  """A replica flat at 0.6 whose schedule's decay (the last 20% of any budget) lifts it to
+  0.65: the window compares the decay with the steps before it and reads "learning" at every
+  budget, up to the cap; the doubling reading compares the budget with the one before (both
+  decayed: +0) and stops growing at the first budget it can read."""
+  budgets = []
+
+  def train(config, replicas, log=None, store=None, resume=None):
+    budget = int(config.total_steps)
+    budgets.append(budget)
+    steps = list(range(100, budget + 1, 100))
+    runs = []
+    for r in replicas:
+      curve = [0.65 if s > 0.8 * budget else 0.6 for s in steps]
+      evals = [(s, 0.4, va, 0.4, va) for s, va in zip(steps, curve, strict=True)]
+      runs.append(
+        sweep.Run(
+          r.seed, r.learning_rate, r.weight_decay, [0.4] * budget, evals, budget, "completed"
+        )
+      )
+    return sweep.SweepResult(config, runs, None, 0.25, "1/K", 0.0, 0.0, budget)
+
+  monkeypatch.setattr(protocol.sweep, "train", train)
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  fields = dict(learning_rates=(3e-3,), total_steps=500, step_cap=2000)
+  window = protocol.train_arm(arm, _config(**fields), log=lambda t: None)
+  assert budgets == [500, 1000, 2000] and not window.plateaued()
+  assert window.plateau_gains() == pytest.approx([0.05] * 4)
+  budgets.clear()
+  config = _config(plateau_reading="doubling", **fields)
+  doubling = protocol.train_arm(arm, config, log=lambda t: None)
+  assert budgets == [500, 1000] and doubling.plateaued()
+  assert doubling.plateau() == ["flat"] * 4 and doubling.plateau_gains() == pytest.approx([0] * 4)
+  # each replica's best at 500 steps, where the window read it (the first budget: "learning")
+  assert doubling.previous == {(seed, 3e-3, 0.1): 0.65 for seed in (100, 0, 1, 2)}
+  trained = protocol.Trained([doubling])
+  records = trained.records()
+  assert {x["metrics"]["plateau_reading"] for x in records} == {"doubling"}
+  assert [x["metrics"]["best_before"] for x in records] == pytest.approx([0.65] * 4)
+  assert trained.plateau_table()[0]["gain over the window"].split()[0] == "0:+0.000(2x)"
+  assert "the doubling reading" in protocol.setup_text(config, trained)
 
 
 def test_a_rate_selected_at_an_edge_extends_the_grid_up_to_its_cap(fake_sweep):
