@@ -42,7 +42,7 @@ tanh scores are mostly a sum (share <= WEAK).
   python -m experiments.interaction --size accel --workdir runs/interaction_accel
 
 quick: MQAR V=64 L=16 K=4, D=64, 2 layers, batch 32, up to 600 steps, 3+1 seeds at lr 3e-3.
-full: the same, 1,500 steps growing x2 to at most 6,000, 5+2 seeds x Zoology's four rates logspace(1e-4, 1e-2, 4). accel:
+full: the same, 1,500 steps growing x2 to at most 6,000 (a plateau read by the doubling), 5+2 seeds x Zoology's four rates logspace(1e-4, 1e-2, 4). accel:
 MQAR V=256 L=128 K=16, D=128.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -80,8 +80,9 @@ CHECK_TOLERANCE = 1e-5  # additive: share and receiver dependence are 0 up to th
 GRID_RANGE = 3.0  # the contour grid spans [-GRID_RANGE, GRID_RANGE]^2
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 3  # v2: the 4-point grid at full; the shares read as trained minus untrained
+VERSION = 4  # v2: the 4-point grid at full; the shares read as trained minus untrained
 # v3: full's step cap 6,000 (additive still learning at 3,000 on both exploratory seeds)
+# v4: full reads a grown budget's plateau by the doubling (protocol.DOUBLING)
 SPECS = (
   protocol.Spec(
     "additive_learns_where_answers_come_from",
@@ -168,6 +169,7 @@ def get_config(size="quick"):
     # the speed reading takes each model's fastest rate: over Zoology's four, not two
     c.learning_rates, c.lr_cap = sizes.ACCEL_LEARNING_RATES, sizes.ACCEL_LR_CAP
     c.total_steps, c.eval_every, c.warmup_steps, c.step_cap = 1500, 50, 100, 6000
+    c.update(protocol.DOUBLING)  # v4: at 6,000 the window read a flat additive scorer as learning
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128
     sizes.accel(c, total_steps=8000, num_test_examples=1024, probe_batch=128)
