@@ -39,7 +39,7 @@ here; the recall and receiver criteria carry the claim.
 
 quick: MQAR V=16 L=16 K=4 only (induction needs ~1,500 steps: full size), D=64, 2 layers,
 batch 32, up to 300 steps, 3+1 seeds at lr 3e-3. full: MQAR and induction V=16 L=16 (one
-compiled program per model serves both), 1,500 steps growing x2 to at most 12,000, 5+2 seeds x lr logspace(1e-3, 1e-2, 4).
+compiled program per model serves both), 1,500 steps growing x2 to at most 24,000 (a plateau read by the doubling), 5+2 seeds x lr logspace(1e-3, 1e-2, 4).
 accel: MQAR V=256 L=64 K=8 and induction V=256 L=64, D=128, 4 learning rates.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -82,10 +82,11 @@ INFORMED = 0.8  # control: source_only's raw accuracy >= this x chance
 SOURCE_ONLY_TOLERANCE = 1e-5  # the check: source_only's receiver dependence is 0 up to this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 6  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
+VERSION = 7  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
 # v4: full in two stages, the confirmatory seeds at the selected point only; v5: the neighbour
 # contrast reported, not a criterion (and its control gone); full's step cap 6,000; v6: full's
-# step cap 12,000 (source_only still learning on MQAR at 6,000 on six of seven replicas)
+# step cap 12,000 (source_only still learning on MQAR at 6,000 on six of seven replicas); v7:
+# full's cap 24,000, a plateau read by the doubling (source_only still learning at 12,000)
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -165,14 +166,16 @@ def get_config(size="quick"):
     c.tasks.induction = "induction:vocab_size=16,seq_len=16"
     # v5: a cap of 6,000 (was 3,000): exploratory seed 101 of source_only was still learning
     # on MQAR at 3,000 steps in v4's full run; v6: 12,000, source_only was still learning on
-    # MQAR at 6,000 (six of seven replicas, gains 0.10-0.17 over the last half) in v5's
+    # MQAR at 6,000 (six of seven replicas, gains 0.10-0.17 over the last half) in v5's;
+    # v7: 24,000 read by the doubling, still learning at 12,000 (six of seven, 0.04-0.19)
     sizes.full(
       c,
       total_steps=1500,
       eval_every=100,
       warmup_steps=100,
       confirm_at_selected=True,
-      step_cap=12000,
+      step_cap=24000,
+      **protocol.DOUBLING,
     )
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
