@@ -32,7 +32,7 @@ learning is UNRESOLVED), at lr 1e-2
 (the learned table starts at std 0.02 and needs a large rate to matter early; over {3e-3,
 1e-2} the first quick run selected 1e-2 for all three, and replicas are independent, so
 dropping 3e-3 changes no selected number and halves the training). full: c=6 and c=10 at
-L=24, 1,000 steps growing x2 to at most 8,000 under a "wsd" schedule (a growing budget
+L=24, 1,000 steps growing x2 to at most 16,000 under a "wsd" schedule (a growing budget
 continues each sweep; a plateau read by the doubling), lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2].
 accel: copy V=64 L=128 c=32, D=128.
 Measured numbers, and what they show: docs/experiments.md.
@@ -65,9 +65,10 @@ INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
 PROBE_EXAMPLES = 64
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 6  # v4: full in two stages, the confirmatory seeds at the selected point only
+VERSION = 7  # v4: full in two stages, the confirmatory seeds at the selected point only
 # v5: full's step cap 4,000 under a "wsd" schedule (none still learning at 2,000 on every replica)
 # v6: full reads the plateau by the doubling (protocol.DOUBLING); its step cap 8,000
+# v7: full's step cap 16,000 (3 of 56 replicas still learning at 8,000)
 SPECS = (
   protocol.Spec(
     "none_learns_which_tokens",
@@ -126,14 +127,15 @@ def get_config(size="quick"):
     c.copy_lens, c.seq_len = (6, 10), 24
     # v5: a cap of 4,000 (was 2,000): without positions the causal model was still learning
     # at 2,000 steps on every replica in v4's full run; under wsd a growing budget continues.
-    # v6: at 4,000 the window read the decay as learning (design log): the doubling reading
+    # v6: at 4,000 the window read the decay as learning (design log): the doubling reading.
+    # v7: a cap of 16,000 (none still learning at 8,000 on 1 of 7 and 2 of 7 replicas)
     sizes.full(
       c,
       total_steps=1000,
       eval_every=100,
       warmup_steps=100,
       confirm_at_selected=True,
-      step_cap=8000,
+      step_cap=16000,
       **protocol.WSD,
       **protocol.DOUBLING,
     )
