@@ -43,9 +43,10 @@ real modules' counts against the closed forms up to D = 512 with jax.eval_shape)
 quick: D=16, K=4: diagonal (16 functions, 2,048 mixing parameters per layer) and the matrix
 sum matched to it (5 heads, 1,920), MQAR V=16 L=16 K=4, 2 layers, batch 32, up to 500 steps,
 3+1 seeds at lr 3e-3. full: D=12: + full_dynamic (144 functions, 13,824) and its matched matrix
-sum (57 heads, 13,680), lr logspace(1e-3, 1e-2, 4), 800 steps growing to 1,600, in two
-stages (1 exploratory seed at every rate, 5 confirmatory at the selected one) under a "wsd"
-schedule (a growing budget continues each sweep). accel: D=32 (full: 1,024 functions), MQAR
+sum (57 heads, 13,680), lr logspace(1e-3, 1e-2, 4), 800 steps growing x2 to at most 3,200
+(a plateau read by the doubling), in two stages (1 exploratory seed at every rate, 5
+confirmatory at the selected one) under a "wsd" schedule (a growing budget continues each
+sweep). accel: D=32 (full: 1,024 functions), MQAR
 V=256 L=64 K=8.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -85,9 +86,10 @@ COST_TARGET = 0.9
 COST_MARGIN = 0.5
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 6  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D;
+VERSION = 7  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D;
 # v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep);
-# v5: full selects on one exploratory seed (protocol.ONE_EXPLORATORY); v6: quick's budget 500
+# v5: full selects on one exploratory seed (protocol.ONE_EXPLORATORY); v6: quick's budget 500;
+# v7: full's step cap 3,200, a plateau read by the doubling (1 seed per arm learning at 1,600)
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -176,8 +178,15 @@ def get_config(size="quick"):
     # 1,600 continues each sweep from step 640 (protocol.WSD)
     # v5: one exploratory seed selects (v4's run: 33 minutes on 2 cores, most of it the first
     # stage; protocol.ONE_EXPLORATORY)
+    # v7: a cap of 3,200 read by the doubling (four arms still learning at 1,600 on one seed)
     sizes.full(
-      c, total_steps=800, confirm_at_selected=True, **protocol.WSD, **protocol.ONE_EXPLORATORY
+      c,
+      total_steps=800,
+      confirm_at_selected=True,
+      step_cap=3200,
+      **protocol.WSD,
+      **protocol.ONE_EXPLORATORY,
+      **protocol.DOUBLING,
     )
   elif size == "accel":
     c.d_model, c.compared, c.matched_to = 32, ("diagonal", "full"), ("diagonal", "full")
