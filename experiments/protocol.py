@@ -58,7 +58,11 @@ when a design's content changes and its version does not (`python -m experiments
    the last window holds the whole decay and the half before none of it, so a replica whose
    decay alone adds `plateau_tolerance` reads as learning at every budget. A replica with
    no run at the budget before (the first budget, a rate or a seed new at this one) is read
-   by the window;
+   by the window, unless the design reads "doubling_every_replica": then such a replica of a
+   grown budget also trains the budget before (under "wsd" the longer run continues from it,
+   so this costs that run's decay), and every replica of a grown budget is read by the
+   doubling. (In a two-stage design the confirmatory seeds are new wherever the selection
+   moves as the budget grows; under "doubling" the window, and so the decay, reads them.);
 4. the criteria are computed twice, from the confirmatory seeds (the verdict of record) and
    from the exploratory seeds; a criterion on which they disagree is UNRESOLVED. Each
    criterion has a rule over seeds (experiments/report.py: `every_seed` (the seeds split:
@@ -117,7 +121,9 @@ MIN_CONFIRMATORY = {"tiny": 1, "quick": 3, "full": 5, "accel": 5}
 PLATEAU_TOLERANCE = 0.02  # best validation accuracy gained over the window, below: flat
 PLATEAU_WINDOW = 0.5  # the last half of the budget
 PLATEAU_GROWTH = 2.0  # a budget that did not plateau retrains at 2x, up to step_cap
-PLATEAU_READINGS = ("window", "doubling")  # a design's plateau_reading (see 3. above)
+# a design's plateau_reading (see 3. above); the last two read by the doubling
+PLATEAU_READINGS = ("window", "doubling", "doubling_every_replica")
+DOUBLING_READINGS = PLATEAU_READINGS[1:]
 # Under a run's workdir: its finished sweeps (jaxformer/train/sweep_store.py); the same command
 # run again after a stop or crash reads them back and trains only what is missing.
 SWEEPS = "sweeps"
@@ -165,8 +171,10 @@ def set_sweep_defaults(c, total_steps):
 # warmup, the peak, a linear decay over the last 20% (jaxformer/train/optimizer.py); each
 # sweep of a grown budget continues from the start of the shorter one's decay
 WSD = {"lr_schedule": "wsd", "lr_decay_fraction": 0.2}
-# A design that reads a grown budget's plateau by the doubling (see 3. above)
+# A design that reads a grown budget's plateau by the doubling (see 3. above); the second
+# also trains the budget before for a replica new at a grown one, so the doubling reads it
 DOUBLING = {"plateau_reading": "doubling"}
+DOUBLING_EVERY_REPLICA = {"plateau_reading": "doubling_every_replica"}
 
 # A two-stage design whose first stage (the exploratory seeds at every rate of the grid) costs
 # most of its run may select on one exploratory seed (the design log says which do); the
@@ -338,7 +346,7 @@ def budget_rule(config):
       "lr_cap": [float(lo), float(hi)],
     }
     | ({"confirm_at_selected": True} if confirms_at_selected(config) else {})
-    | ({"plateau_reading": "doubling"} if plateau_reading(config) == "doubling" else {})
+    | ({"plateau_reading": reading} if (reading := plateau_reading(config)) != "window" else {})
   )
 
 
@@ -576,7 +584,8 @@ class ArmResult:
   def doubled(self, run):
     """Whether `run` is read by the "doubling" plateau reading (else by the window)."""
     key = (run.seed, run.learning_rate, run.weight_decay)
-    return (self.rule or {}).get("plateau_reading") == "doubling" and key in self.previous
+    reading = (self.rule or {}).get("plateau_reading")
+    return reading in DOUBLING_READINGS and key in self.previous
 
   def gain(self, run):
     """What the plateau rule compares with its tolerance for `run` (None: too few
@@ -848,13 +857,16 @@ def train_arm(arm, config, log=print, store=None):
 
   shorter = []  # the keys of `done` at the budget before this one (a "wsd" grows from them)
   previous = {}  # each replica's best validation accuracy at the budget before (ArmResult)
+  budget_before = None  # that budget (None: this is the first)
+  trained_before = set()  # the (seed, lr, wd) of every replica trained at it
+  every_replica = rule.get("plateau_reading") == "doubling_every_replica"
 
-  def run(seed_list, rates, weight_decays):
-    tc = harness.train_config(
-      arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": budget})
-    )
+  def run(seed_list, rates, weight_decays, steps=None, grows_from=None):
+    steps = budget if steps is None else steps
+    tc = harness.train_config(arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": steps}))
     replicas = sweep.grid(seed_list, tuple(rates), tuple(weight_decays))
-    resume = sweep.Continuation.merge([done[k].continuation for k in shorter if k in done])
+    grows_from = shorter if grows_from is None else grows_from
+    resume = sweep.Continuation.merge([done[k].continuation for k in grows_from if k in done])
     if resume is not None:  # None when a rate or seed is new at this budget: from step 0
       resume = resume.only(replicas)
     result = sweep.train(
@@ -866,18 +878,51 @@ def train_arm(arm, config, log=print, store=None):
     )
     if result.read_back:
       history.append(
-        {"what": f"{budget} steps at {list(rates)}: read back from the workdir's sweeps/"}
+        {"what": f"{steps} steps at {list(rates)}: read back from the workdir's sweeps/"}
       )
     elif resume is not None:
-      history.append(
-        {"what": f"{budget} steps at {list(rates)}: continued from step {resume.step}"}
-      )
+      history.append({"what": f"{steps} steps at {list(rates)}: continued from step {resume.step}"})
     return result
+
+  def train_new(key, seed_list, rates, weight_decays):
+    """done[key] = run(...) at this budget; under "doubling_every_replica" the replicas with
+    no run at the budget before train it first (the longer run grows from it), so the
+    doubling reads them."""
+    grows_from = shorter
+    new = [
+      (s, lr, wd)
+      for s in seed_list
+      for lr in rates
+      for wd in weight_decays
+      if (s, lr, wd) not in trained_before
+    ]
+    if every_replica and budget_before is not None and new:
+      seeds_new, rates_new = sorted({x[0] for x in new}), sorted({x[1] for x in new})
+      wds_new = sorted({x[2] for x in new})
+      back = run(seeds_new, rates_new, wds_new, steps=budget_before, grows_from=[])
+      done[("before", key)] = back
+      history.append(
+        {
+          "what": f"{budget_before} steps at {rates_new} for seeds {seeds_new}: the budget "
+          "before, for the doubling reading"
+        }
+      )
+      trained_before.update(new)
+      previous.update(
+        {
+          (x.seed, x.learning_rate, x.weight_decay): best
+          for x in back.runs
+          if (best := best_accuracy(x)) is not None
+        }
+      )
+      grows_from = shorter + [("before", key)]
+    done[key] = run(seed_list, rates, weight_decays, grows_from=grows_from)
+    return done[key]
 
   while True:
     todo = [lr for lr in lrs if (lr, budget) not in done]
     if todo:
-      result = run(seeds, todo, wds)
+      result = train_new((todo[0], budget), seeds, todo, wds)
       for lr in todo:
         done[(lr, budget)] = result
     results = list({id(done[(lr, budget)]): done[(lr, budget)] for lr in lrs}.values())
@@ -902,7 +947,7 @@ def train_arm(arm, config, log=print, store=None):
     if two_stage and selected is not None:  # the second stage: the confirmatory seeds
       key = ("confirmatory", selected, budget)
       if key not in done:
-        done[key] = run(confirm, (selected[0],), (selected[1],))
+        train_new(key, confirm, (selected[0],), (selected[1],))
       results.append(done[key])
     arm_result = ArmResult(
       arm,
@@ -923,13 +968,16 @@ def train_arm(arm, config, log=print, store=None):
         {"what": f"budget {budget} -> {grown} steps (still learning)", "budget": grown}
       )
       shorter = [k for k in done if k[-1] == budget]
-      before = [x for res in {id(done[k]): done[k] for k in shorter}.values() for x in res.runs]
+      runs_before = [
+        x for res in {id(done[k]): done[k] for k in shorter}.values() for x in res.runs
+      ]
       previous = {
         (x.seed, x.learning_rate, x.weight_decay): best_accuracy(x)
-        for x in before
+        for x in runs_before
         if best_accuracy(x) is not None
       }
-      budget = grown
+      trained_before = {(x.seed, x.learning_rate, x.weight_decay) for x in runs_before}
+      budget_before, budget = budget, grown
       continue
     arm_result.seconds = time.perf_counter() - start
     return arm_result
@@ -992,7 +1040,12 @@ def setup_text(config, trained):
     + (
       "; at a budget the arm grew to, a gain of its best over its best at the budget "
       "before, the doubling reading"
-      if rule.get("plateau_reading") == "doubling"
+      if rule.get("plateau_reading") in DOUBLING_READINGS
+      else ""
+    )
+    + (
+      " (a replica new at a grown budget trains the budget before too)"
+      if rule.get("plateau_reading") == "doubling_every_replica"
       else ""
     )
     + f"). Chance: {chance}."

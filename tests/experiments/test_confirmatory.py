@@ -364,6 +364,72 @@ def test_the_doubling_reading_sees_a_plateau_the_window_reads_as_the_decay(monke
   assert "the doubling reading" in protocol.setup_text(config, trained)
 
 
+def test_every_replica_reading_trains_the_budget_before_where_the_selection_moved(monkeypatch):
+  """Two stages, 200 -> 400 steps under "wsd": 3e-3 leads at 200 steps (0.55 against 0.45) and
+  1e-3 at 400 (0.9 against 0.6), so the confirmatory seeds first train at 1e-3 at 400 steps.
+  Under "doubling" nothing of theirs ran at 200 and the window reads them; under
+  "doubling_every_replica" they train 200 steps at 1e-3 first, the 400-step run continues from
+  it, and the doubling reads every replica."""
+  calls = []
+
+  def curve(lr, step):
+    return 0.5 + 0.1 * min(1.0, step / 400) if lr == 3e-3 else 0.9 * min(1.0, step / 400)
+
+  def train(config, replicas, log=None, store=None, resume=None):
+    budget = int(config.total_steps)
+    calls.append(
+      (budget, sorted({r.learning_rate for r in replicas}), sorted({r.seed for r in replicas}))
+    )
+    resumed.append(None if resume is None else (resume.step, set(resume.rows)))
+    steps = list(range(100, budget + 1, 100))
+    runs = []
+    for r in replicas:
+      evals = [(s, 0.5, curve(r.learning_rate, s), 0.5, curve(r.learning_rate, s)) for s in steps]
+      runs.append(
+        sweep.Run(
+          r.seed, r.learning_rate, r.weight_decay, [0.5] * budget, evals, budget, "completed"
+        )
+      )
+    until = optimizer.continues_until(config)
+    continuation = sweep.Continuation(until, {r: {} for r in replicas}, "") if until else None
+    return sweep.SweepResult(
+      config, runs, None, 0.25, "1/K", 0.0, 0.0, budget, continuation=continuation
+    )
+
+  resumed = []
+  monkeypatch.setattr(protocol.sweep, "train", train)
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  fields = dict(total_steps=200, step_cap=400, confirm_at_selected=True, **protocol.WSD)
+  first_stages = [(200, [1e-3, 3e-3], [100]), (200, [3e-3], [0, 1, 2])]
+  doubling = protocol.train_arm(arm, _config(**fields, **protocol.DOUBLING), log=lambda t: None)
+  assert calls == first_stages + [(400, [1e-3, 3e-3], [100]), (400, [1e-3], [0, 1, 2])]
+  assert doubling.selected == (1e-3, 0.1) and doubling.budget == 400
+  assert {x.seed: doubling.doubled(x) for x in doubling.selected_runs()} == {
+    100: True,
+    0: False,
+    1: False,
+    2: False,
+  }
+  calls.clear()
+  resumed.clear()
+  config = _config(**fields, **protocol.DOUBLING_EVERY_REPLICA)
+  every = protocol.train_arm(arm, config, log=lambda t: None)
+  assert calls == first_stages + [
+    (400, [1e-3, 3e-3], [100]),
+    (200, [1e-3], [0, 1, 2]),  # the budget before, for the doubling reading
+    (400, [1e-3], [0, 1, 2]),
+  ]
+  confirm = {r for r in sweep.grid((0, 1, 2), (1e-3,), (0.1,))}
+  assert resumed[-2:] == [None, (160, confirm)]  # from step 0, then from the first's decay
+  assert every.selected == (1e-3, 0.1) and all(every.doubled(x) for x in every.selected_runs())
+  assert every.plateau_gains() == pytest.approx([0.45] * 4)  # 0.9 at 400 over 0.45 at 200
+  assert "200 steps at [0.001] for seeds [0, 1, 2]: the budget before" in " ".join(
+    h["what"] for h in every.history
+  )
+  assert protocol.budget_rule(config)["plateau_reading"] == "doubling_every_replica"
+  assert "trains the budget before too" in protocol.setup_text(config, protocol.Trained([every]))
+
+
 def test_a_rate_selected_at_an_edge_extends_the_grid_up_to_its_cap(fake_sweep):
   # Faster is better up to 9e-3 (0.95 by step 100); 0.027 ties it, so 9e-3 is interior.
   arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
