@@ -61,8 +61,9 @@ when a design's content changes and its version does not (`python -m experiments
    by the window, unless the design reads "doubling_every_replica": then such a replica of a
    grown budget also trains the budget before (under "wsd" the longer run continues from it,
    so this costs that run's decay), and every replica of a grown budget is read by the
-   doubling. (In a two-stage design the confirmatory seeds are new wherever the selection
-   moves as the budget grows; under "doubling" the window, and so the decay, reads them.);
+   doubling. In a two-stage design the confirmatory seeds are new wherever the selection
+   moves as the budget grows, so under "doubling" the window, and with it the decay, reads
+   them;
 4. the criteria are computed twice, from the confirmatory seeds (the verdict of record) and
    from the exploratory seeds; a criterion on which they disagree is UNRESOLVED. Each
    criterion has a rule over seeds (experiments/report.py: `every_seed` (the seeds split:
