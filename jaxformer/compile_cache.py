@@ -2,6 +2,7 @@
 
   from jaxformer import compile_cache
   compile_cache.enable()        # before the first jit compiles; returns the directory or None
+  with compile_cache.disabled(): ...   # compiles within read and write nothing
 
 A compiled XLA program is written to disk and read back by the next process that compiles the
 same program (same HLO, jax version, backend and flags), so a second `make run`, `make test`
@@ -24,10 +25,12 @@ JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, wins. The cache is not siz
 MB each, and is keyed by jax version, so upgrades start a new set of files.
 """
 
+import contextlib
 import os
 import time
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 ENV = "JAXFORMER_COMPILATION_CACHE"
 JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -120,3 +123,19 @@ def enable():
   if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECS)
   return path
+
+
+@contextlib.contextmanager
+def disabled():
+  """The persistent cache off within the block, as it was after it: nothing read, nothing
+  written. JAX decides once per process whether the cache is in use, at its first compile, so
+  `jax_enable_compilation_cache` alone changes nothing after that: the decision is reset on
+  the way in and on the way out."""
+  was = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  compilation_cache.reset_cache()
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", was)
+    compilation_cache.reset_cache()

@@ -75,6 +75,44 @@ def test_a_second_process_reads_what_the_first_compiled(tmp_path):
   assert _run(env) == {"dir": None, "cache_hits": 0, "cache_misses": 0}
 
 
+_DISABLED = """
+import json, os, sys, jax, jax.numpy as jnp
+from jaxformer import compile_cache
+compile_cache.enable()
+def files():
+  return len(os.listdir(sys.argv[1]))
+jax.jit(lambda x: jnp.tanh(x) + 1)(jnp.ones(3)).block_until_ready()
+first = files()
+with compile_cache.disabled():
+  jax.jit(lambda x: jnp.sin(x) * 3)(jnp.ones(5)).block_until_ready()
+within = files()
+jax.jit(lambda x: jnp.cos(x) - 2)(jnp.ones(7)).block_until_ready()
+print(json.dumps({"first": first, "within": within, "after": files()}))
+"""
+
+
+def test_disabled_writes_nothing_within_and_the_cache_works_after(tmp_path):
+  # JAX reads jax_enable_compilation_cache once, at its first compile: turning it off later
+  # must still stop the writes (and the reads: compile_only's HLO dump needs a real compile)
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT")}
+  env.pop(compile_cache.JAX_ENV, None)
+  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", **{compile_cache.ENV: str(tmp_path)})
+  env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+  out = subprocess.run(
+    [sys.executable, "-c", _DISABLED, str(tmp_path)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode == 0, out.stderr[-2000:]
+  counts = json.loads(out.stdout.strip().splitlines()[-1])
+  assert counts["first"] >= 1  # the cache is on and writes
+  assert counts["within"] == counts["first"]
+  assert counts["after"] > counts["within"]
+
+
 def test_compile_seconds_add_up_each_compile_and_nothing_for_a_cached_call():
   compile_cache.enable()
   f = jax.jit(lambda x: jnp.sin(x) * 3.0 + x)

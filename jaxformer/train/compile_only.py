@@ -294,12 +294,10 @@ def compile_with_hlo(lowered, options=None):
   options: more XLA compiler options."""
   with tempfile.TemporaryDirectory() as dump:
     options = {**(options or {}), "xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
-    cache = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)  # a cache hit dumps no HLO
-    try:
+    # a cache hit dumps no HLO, and an executable for a topology without a client (a TPU
+    # compiled on this CPU) cannot be read back from the cache anyway
+    with compile_cache.disabled():
       compiled = lowered.compile(compiler_options=options)
-    finally:
-      jax.config.update("jax_enable_compilation_cache", cache)
     return compiled, _partitioned_hlo(dump)
 
 
