@@ -500,6 +500,16 @@ def best_accuracy(run):
   return max(values) if values else None
 
 
+def replica_key(run):
+  """(seed, learning_rate, weight_decay): a replica, the same at every budget."""
+  return run.seed, run.learning_rate, run.weight_decay
+
+
+def best_accuracies(runs):
+  """replica_key -> best_accuracy, for the runs that have one."""
+  return {replica_key(x): best for x in runs if (best := best_accuracy(x)) is not None}
+
+
 FINISHED = ("target", "flat", "diverged")
 
 
@@ -584,9 +594,8 @@ class ArmResult:
 
   def doubled(self, run):
     """Whether `run` is read by the "doubling" plateau reading (else by the window)."""
-    key = (run.seed, run.learning_rate, run.weight_decay)
     reading = (self.rule or {}).get("plateau_reading")
-    return reading in DOUBLING_READINGS and key in self.previous
+    return reading in DOUBLING_READINGS and replica_key(run) in self.previous
 
   def gain(self, run):
     """What the plateau rule compares with its tolerance for `run` (None: too few
@@ -594,7 +603,7 @@ class ArmResult:
     plateau_gain over the window."""
     if self.doubled(run):
       best = best_accuracy(run)
-      previous = self.previous[(run.seed, run.learning_rate, run.weight_decay)]
+      previous = self.previous[replica_key(run)]
       return None if best is None else float(best - previous)
     return plateau_gain(run, self._budget(), self.plateau_rule()[1])
 
@@ -745,7 +754,7 @@ class Trained:
               **(
                 {
                   "plateau_reading": "doubling",
-                  "best_before": r.previous[(x.seed, x.learning_rate, x.weight_decay)],
+                  "best_before": r.previous[replica_key(x)],
                 }
                 if doubled
                 else {}
@@ -886,8 +895,8 @@ def train_arm(arm, config, log=print, store=None):
     return result
 
   def train_new(key, seed_list, rates, weight_decays):
-    """done[key] = run(...) at this budget; under "doubling_every_replica" the replicas with
-    no run at the budget before train it first (the longer run grows from it), so the
+    """run(...) at this budget, for done[key]; under "doubling_every_replica" the replicas
+    with no run at the budget before train it first (the longer run grows from it), so the
     doubling reads them."""
     grows_from = shorter
     new = [
@@ -909,16 +918,9 @@ def train_arm(arm, config, log=print, store=None):
         }
       )
       trained_before.update(new)
-      previous.update(
-        {
-          (x.seed, x.learning_rate, x.weight_decay): best
-          for x in back.runs
-          if (best := best_accuracy(x)) is not None
-        }
-      )
+      previous.update(best_accuracies(back.runs))
       grows_from = shorter + [("before", key)]
-    done[key] = run(seed_list, rates, weight_decays, grows_from=grows_from)
-    return done[key]
+    return run(seed_list, rates, weight_decays, grows_from=grows_from)
 
   while True:
     todo = [lr for lr in lrs if (lr, budget) not in done]
@@ -948,7 +950,7 @@ def train_arm(arm, config, log=print, store=None):
     if two_stage and selected is not None:  # the second stage: the confirmatory seeds
       key = ("confirmatory", selected, budget)
       if key not in done:
-        train_new(key, confirm, (selected[0],), (selected[1],))
+        done[key] = train_new(key, confirm, (selected[0],), (selected[1],))
       results.append(done[key])
     arm_result = ArmResult(
       arm,
@@ -972,12 +974,8 @@ def train_arm(arm, config, log=print, store=None):
       runs_before = [
         x for res in {id(done[k]): done[k] for k in shorter}.values() for x in res.runs
       ]
-      previous = {
-        (x.seed, x.learning_rate, x.weight_decay): best_accuracy(x)
-        for x in runs_before
-        if best_accuracy(x) is not None
-      }
-      trained_before = {(x.seed, x.learning_rate, x.weight_decay) for x in runs_before}
+      previous = best_accuracies(runs_before)
+      trained_before = {replica_key(x) for x in runs_before}
       budget_before, budget = budget, grown
       continue
     arm_result.seconds = time.perf_counter() - start

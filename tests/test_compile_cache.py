@@ -60,12 +60,18 @@ def _run(env):
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_second_process_reads_what_the_first_compiled(tmp_path):
+def _cache_env(path):
+  """This environment with jaxformer's cache at `path`, JAX's own cache settings removed, and
+  every program written, however fast it compiled on this machine (JAX's own override)."""
   env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT")}
   env.pop(compile_cache.JAX_ENV, None)
-  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", **{compile_cache.ENV: str(tmp_path)})
-  # every program is written, however fast it compiled on this machine (JAX's own override)
+  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", **{compile_cache.ENV: str(path)})
   env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  return env
+
+
+def test_a_second_process_reads_what_the_first_compiled(tmp_path):
+  env = _cache_env(tmp_path)
   first, second = _run(env), _run(env)
   assert first["dir"] == second["dir"] == str(tmp_path)
   assert first["cache_hits"] == 0 and first["cache_misses"] >= 1
@@ -94,10 +100,7 @@ print(json.dumps({"first": first, "within": within, "after": files()}))
 def test_disabled_writes_nothing_within_and_the_cache_works_after(tmp_path):
   # JAX reads jax_enable_compilation_cache once, at its first compile: turning it off later
   # must still stop the writes (and the reads: compile_only's HLO dump needs a real compile)
-  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT")}
-  env.pop(compile_cache.JAX_ENV, None)
-  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", **{compile_cache.ENV: str(tmp_path)})
-  env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  env = _cache_env(tmp_path)
   env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
   out = subprocess.run(
     [sys.executable, "-c", _DISABLED, str(tmp_path)],
