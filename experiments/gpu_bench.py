@@ -31,19 +31,31 @@ MIN_STEPS = 20  # train steps per timed window; repeats of each attention / deco
 BACKEND = "gpu"
 PROBE_TIMEOUT_S = 120
 
-# (suite, arguments of experiments/bench.py, timeout seconds): about 10 minutes in all on a GPU
+# (suite, arguments of experiments/bench.py, timeout seconds): under 10 minutes in all on a GPU.
+# train first, in bfloat16: the MFU target reads its bf16 peak; then the sweep engine's quick
+# arms (issue: replica throughput at N = 1 .. 24), attention and decode.
 PLANS = {
   "gpu": (
-    ("attention", ("--size", "medium", "--set", f"repeats={MIN_STEPS}"), 180),
-    ("decode", ("--size", "gpt_small", "--set", f"repeats={MIN_STEPS}"), 150),
-    ("train", ("--size", "gpt2_small", "--set", f"steps={MIN_STEPS}", "--set", "windows=5"), 210),
+    (
+      "train",
+      ("--size", "gpt2_small", "--set", f"steps={MIN_STEPS}", "--set", "windows=5")
+      + ("--set", "dtype=bfloat16"),
+      180,
+    ),
+    ("sweep", ("--size", "quick"), 150),
+    ("attention", ("--size", "medium", "--set", f"repeats={MIN_STEPS}"), 120),
+    ("decode", ("--size", "gpt_small", "--set", f"repeats={MIN_STEPS}"), 100),
   ),
   "dry_run": (
+    ("train", ("--size", "tiny", "--set", f"steps={MIN_STEPS}", "--set", "windows=1"), 300),
+    ("sweep", ("--size", "tiny"), 300),
     ("attention", ("--size", "small", "--lengths", "256", "--set", f"repeats={MIN_STEPS}"), 300),
     ("decode", ("--size", "tiny", "--set", f"repeats={MIN_STEPS}"), 300),
-    ("train", ("--size", "tiny", "--set", f"steps={MIN_STEPS}", "--set", "windows=1"), 300),
   ),
 }
+# The jax CUDA plugins whose version the probe records (requirements-gpu.txt pins CUDA 12's;
+# a machine's own image may carry CUDA 13's).
+CUDA_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin")
 
 
 def nvidia_driver():
@@ -85,7 +97,8 @@ def environment():
     driver_version=nvidia_driver(),
     jax=jax.__version__,
     jaxlib=jaxlib.__version__,
-    cuda_plugin=_installed("jax-cuda12-plugin"),
+    cuda_plugin={name: _installed(name) for name in CUDA_PLUGINS if _installed(name)} or None,
+    flax=_installed("flax"),
     python=platform.python_version(),
     platform=platform.platform(),
   )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The attention, decode and train suites on one NVIDIA GPU (about 10 minutes, plus the first
-# install), on a fresh Linux x86_64 machine that reaches the package registry.
+# The train (bf16), sweep, attention and decode suites on one NVIDIA GPU (under 10 minutes, plus
+# the first install), on a fresh Linux x86_64 machine that reaches the package registry.
 #
 #   bash experiments/gpu_bench.sh [OUT_DIR]            # default OUT_DIR: runs/gpu_bench
 #   bash experiments/gpu_bench.sh --dry-run [OUT_DIR]  # the same Python at tiny sizes on this

@@ -118,13 +118,13 @@ def _cache_settings():
   return {name: getattr(jax.config, name) for name in names}
 
 
-def _compile(c, n, shape):
+def _compile(c, n, shape, chunk):
   """(Programs compiled from nothing in memory (the persistent cache as set), the process
   CPU seconds that took: all threads; on a shared machine steadier than wall time)."""
   sweep.clear_compiled()
   jax.clear_caches()
   start = time.process_time()
-  compiled, _ = sweep.programs(c, n, shape, shape)
+  compiled, _ = sweep.programs(c, n, shape, shape, chunk)
   return compiled, time.process_time() - start
 
 
@@ -197,12 +197,20 @@ def run(
   repeats=3,
   tiny=False,
   total_steps=300,
+  chunk=None,
 ):
   """A compile row per arm, a step row per (arm, replica count). `total_steps`: the arms'
   step budget, 300 as at the quick sizes; above sweep.FAST_COMPILE_STEPS the programs compile
-  with XLA's default options, as at the full sizes (`--set total_steps=3000`)."""
+  with XLA's default options, as at the full sizes (`--set total_steps=3000`). `chunk`:
+  replicas per vmapped group (None: the platform's, sweep.replica_chunk; a count, or 'all'
+  for one vmap of every replica: `--set chunk=\"'all'\"`)."""
   check_positive(replicas=replicas, compile_replicas=compile_replicas, steps=steps)
   check_positive(repeats=repeats, total_steps=total_steps)
+  try:
+    group = sweep.replica_chunk(jax.default_backend(), chunk)
+  except ValueError as e:
+    raise BenchError(str(e)) from None
+  group = sweep.ALL if group is None else group  # what the rows record
   if not arms or isinstance(arms, str):
     raise BenchError(f"arms={arms!r}: expected a tuple of names from {', '.join(ARMS)}")
   configs = {arm: config(arm, tiny, total_steps)[0] for arm in arms}  # BenchError before any work
@@ -216,10 +224,10 @@ def run(
     for arm, c in configs.items():
       shape = (c.batch_size, c.model.max_len)
       caches.append(_fresh_cache())
-      cold, cold_cpu = _compile(c, compile_replicas, shape)
-      warm, warm_cpu = _compile(c, compile_replicas, shape)
+      cold, cold_cpu = _compile(c, compile_replicas, shape, chunk)
+      warm, warm_cpu = _compile(c, compile_replicas, shape, chunk)
       equations, hlo_bytes = _program_sizes(compile_replicas, shape, cold)
-      row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas)
+      row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas, chunk=group)
       row["fast_compile"] = (
         sweep.compiler_options(c, jax.default_backend())["train_step"] is not None
       )
@@ -240,7 +248,7 @@ def run(
       )
       for n in replicas:
         start = time.perf_counter()
-        compiled, _ = sweep.programs(c, n, shape, shape)
+        compiled, _ = sweep.programs(c, n, shape, shape, chunk)
         compile_s = time.perf_counter() - start
         step_s, step_cpu_s = step_seconds(compiled, c, n, shape, steps, repeats)
         # half of them stopped (early stop): what a sweep pays once its fast replicas are done
@@ -254,6 +262,7 @@ def run(
             kind="step",
             rung=c.rung,
             replicas=n,
+            chunk=group,
             compile_s=compile_s,
             step_ms=step_s * 1e3,
             replica_step_ms=step_s * 1e3 / n,
@@ -288,6 +297,7 @@ SUITE = Suite(
     "arm",
     "kind",
     "replicas",
+    "chunk",
     "cold_init_s",
     "cold_train_s",
     "cold_eval_s",

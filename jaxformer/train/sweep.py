@@ -389,9 +389,19 @@ REPLICA_CHUNK = 3
 CPU_REPLICA_CHUNK = 1
 
 
-def replica_chunk(platform):
-  """Replicas per vmapped group of the train and eval steps on `platform`."""
-  return CPU_REPLICA_CHUNK if platform == "cpu" else REPLICA_CHUNK
+ALL = "all"  # a chunk: every replica of a device in one vmapped group
+
+
+def replica_chunk(platform, chunk=None):
+  """Replicas per vmapped group of the train and eval steps on `platform` (None: all of a
+  device's replicas in one vmap); `chunk` overrides the platform's: a positive count, or ALL."""
+  if chunk is None:
+    return CPU_REPLICA_CHUNK if platform == "cpu" else REPLICA_CHUNK
+  if chunk == ALL:
+    return None
+  if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+    raise ValueError(f"chunk={chunk!r}: expected a positive replica count or {ALL!r}")
+  return chunk
 
 
 def _over_replicas(fn, sharded, shared=(), chunk=REPLICA_CHUNK):
@@ -431,14 +441,16 @@ def _over_replicas(fn, sharded, shared=(), chunk=REPLICA_CHUNK):
   return placed
 
 
-def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platform="cpu"):
+def jitted(
+  config, n, batch_shape, eval_batch, placed=None, shared=None, platform="cpu", chunk=None
+):
   """The three programs of an n-replica sweep, jitted, not compiled: (model, the train step
   before jit, {name: (jitted, abstract args, XLA options)} for "init", "train_step" and
   "eval_step"). `placed`: the sharding of the replica-leading arrays (None: the default
   device; a NamedSharding over REPLICA_AXIS lays the replicas along its mesh); `shared`: that
   of the eval batch, which every replica reads; `platform`: what they compile for (the XLA
-  options: `compiler_options`). `programs` compiles them here, jaxformer.train.compile_only
-  for a target."""
+  options: `compiler_options`); `chunk`: replicas per vmapped group (`replica_chunk`: None is
+  the platform's). `programs` compiles them here, jaxformer.train.compile_only for a target."""
   module = ladder.build(config.rung, config.model)
   template = jax.eval_shape(
     lambda: nn.meta.unbox(module.init(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32)))
@@ -461,7 +473,7 @@ def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platfor
   token = rep(jax.ShapeDtypeStruct(batch_shape, jnp.int32))
   batch = {"inputs": token, "targets": token, "mask": token}
   active = rep(jax.ShapeDtypeStruct((), jnp.bool_))
-  chunk = replica_chunk(platform)
+  chunk = replica_chunk(platform, chunk)
   step_fn = _over_replicas(
     functools.partial(_replica_step, config=config, model=model), along, chunk=chunk
   )
@@ -482,16 +494,17 @@ def jitted(config, n, batch_shape, eval_batch, placed=None, shared=None, platfor
   )
 
 
-def programs(config, n, batch_shape, eval_batch):
-  """(Programs compiled for n replicas, seconds this call compiled: 0 when cached)."""
-  key = program.cache_key(config, _STATIC_FIELDS, n, batch_shape, eval_batch)
+def programs(config, n, batch_shape, eval_batch, chunk=None):
+  """(Programs compiled for n replicas, seconds this call compiled: 0 when cached); `chunk`:
+  replicas per vmapped group (`replica_chunk`; None: the platform's)."""
+  key = program.cache_key(config, _STATIC_FIELDS, n, batch_shape, eval_batch, chunk)
   if key in _COMPILED:
     return _COMPILED[key], 0.0
   seconds, cpu_seconds, compiled = {}, {}, {}
   clock, cpu_clock = time.perf_counter(), time.process_time()
   sharded = _placement(n)
   model, step_fn, built = jitted(
-    config, n, batch_shape, eval_batch, sharded, platform=jax.default_backend()
+    config, n, batch_shape, eval_batch, sharded, platform=jax.default_backend(), chunk=chunk
   )
   for name, (fn, args, options) in built.items():
     compiled[name] = fn.lower(*args).compile(compiler_options=options)

@@ -34,7 +34,7 @@ def test_dry_run_measures_every_suite_and_records_the_machine(tmp_path):
   assert env["backend"] == "cpu" and env["device_kind"] == jax.devices()[0].device_kind
   assert (env["jax"], env["jaxlib"]) == (jax.__version__, jaxlib.__version__)
   assert "driver_version" in env  # null here: no nvidia-smi on the CPU machine
-  assert set(summary["suites"]) == {"attention", "decode", "train"}
+  assert set(summary["suites"]) == {"attention", "decode", "sweep", "train"}
   for name, suite in summary["suites"].items():
     assert suite["status"] == "ok" and suite["returncode"] == 0, name
     assert suite["result"]["suites"][name]["rows"], name

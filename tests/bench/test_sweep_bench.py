@@ -37,11 +37,25 @@ def test_sweep_suite_tiny():
       assert r["half_stopped_step_ms"] is None
   # the FLOPs per replica-step do not depend on how many replicas share the step
   assert len({r["flops_per_replica_step"] for r in steps}) == 1
+  assert {r["chunk"] for r in rows} == {1}  # a CPU's: one replica at a time
+
+
+def test_one_vmap_of_every_replica_is_recorded_as_such():
+  size = dict(sweep_bench.SUITE.sizes["tiny"], replicas=(2,), chunk="all")
+  rows = sweep_bench.SUITE.run(**size)
+  assert [r["chunk"] for r in rows] == ["all", "all"]
+  assert [r["kind"] for r in rows] == ["compile", "step"] and rows[1]["step_ms"] > 0
 
 
 @pytest.mark.parametrize(
   "overrides, field",
-  [({"arms": ("gru_lm",)}, "arms"), ({"replicas": (0,)}, "replicas"), ({"steps": 0}, "steps")],
+  [
+    ({"arms": ("gru_lm",)}, "arms"),
+    ({"replicas": (0,)}, "replicas"),
+    ({"steps": 0}, "steps"),
+    ({"chunk": 0}, "chunk"),
+    ({"chunk": "most"}, "chunk"),
+  ],
 )
 def test_a_bad_argument_is_named(overrides, field):
   with pytest.raises(BenchError, match=field):

@@ -146,6 +146,10 @@ def test_the_eval_sums_run_in_groups_so_their_memory_is_that_of_a_group(monkeypa
 
 def test_replicas_trained_in_groups_match_one_at_a_time(three, monkeypatch):
   assert sweep.replica_chunk("cpu") == 1 and sweep.replica_chunk("tpu") == 3
+  assert sweep.replica_chunk("cpu", 4) == 4 and sweep.replica_chunk("gpu", sweep.ALL) is None
+  for bad in (0, True, "most", 2.0):
+    with pytest.raises(ValueError, match="chunk="):
+      sweep.replica_chunk("gpu", bad)
   # an accelerator's groups of 3: 4 replicas on one device (4 does not divide 8) run 3 + 1
   monkeypatch.setattr(sweep, "CPU_REPLICA_CHUNK", sweep.REPLICA_CHUNK)
   sweep.clear_compiled()
