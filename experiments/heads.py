@@ -66,13 +66,14 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 11  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 12  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
 # v6: full in two stages, the confirmatory seeds at the selected point only; v7: full under
 # a "wsd" schedule (a budget grows by continuing each sweep); v8: full selects on one
 # exploratory seed (protocol.ONE_EXPLORATORY); v9: full on MQAR V = 256 (128 keys), where the
 # split matters, with H in {1, 4, 16}; v10: quick's budget 250 (make run's 10 minutes);
 # v11: the text arms read the pinned source corpus (harness.SOURCE_CORPUS), not the live source
+# v12: full's step cap 4,000, every grown budget read by the doubling (DOUBLING_EVERY_REPLICA)
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -141,13 +142,17 @@ def get_config(size="quick"):
     c.heads_grid, c.vocab_size, c.seq_len, c.num_kv_pairs = (1, 4, 16), 256, 32, 8
     # v7: a budget that grows 1,000 -> 2,000 continues each sweep from step 800 (protocol.WSD)
     # v8: one exploratory seed selects (v7's run: 33 minutes on 2 cores)
+    # v12: the cap 2,000 -> 4,000, a grown budget's plateau read by the doubling for every
+    # replica (v11: the 16-head MQAR arms and both text arms still learning at 2,000)
     sizes.full(
       c,
       total_steps=1000,
+      step_cap=4000,
       eval_every=100,
       confirm_at_selected=True,
       **protocol.WSD,
       **protocol.ONE_EXPLORATORY,
+      **protocol.DOUBLING_EVERY_REPLICA,
     )
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
