@@ -202,15 +202,15 @@ def run(
   """A compile row per arm, a step row per (arm, replica count). `total_steps`: the arms'
   step budget, 300 as at the quick sizes; above sweep.FAST_COMPILE_STEPS the programs compile
   with XLA's default options, as at the full sizes (`--set total_steps=3000`). `chunk`:
-  replicas per vmapped group (None: the platform's, sweep.replica_chunk; a count, or 'all'
-  for one vmap of every replica: `--set chunk=\"'all'\"`)."""
+  replicas per vmapped group (None: the platform's, sweep.programs: a CPU's one at a time, an
+  accelerator's one group where it fits; a count, or 'all' for one vmap of every replica:
+  `--set chunk=\"'all'\"`). Each row records the group its programs ran in."""
   check_positive(replicas=replicas, compile_replicas=compile_replicas, steps=steps)
   check_positive(repeats=repeats, total_steps=total_steps)
   try:
-    group = sweep.replica_chunk(jax.default_backend(), chunk)
+    sweep.replica_chunk(jax.default_backend(), chunk)
   except ValueError as e:
     raise BenchError(str(e)) from None
-  group = sweep.ALL if group is None else group  # what the rows record
   if not arms or isinstance(arms, str):
     raise BenchError(f"arms={arms!r}: expected a tuple of names from {', '.join(ARMS)}")
   configs = {arm: config(arm, tiny, total_steps)[0] for arm in arms}  # BenchError before any work
@@ -227,7 +227,7 @@ def run(
       cold, cold_cpu = _compile(c, compile_replicas, shape, chunk)
       warm, warm_cpu = _compile(c, compile_replicas, shape, chunk)
       equations, hlo_bytes = _program_sizes(compile_replicas, shape, cold)
-      row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas, chunk=group)
+      row = dict(arm=arm, kind="compile", rung=c.rung, replicas=compile_replicas, chunk=cold.chunk)
       row["fast_compile"] = (
         sweep.compiler_options(c, jax.default_backend())["train_step"] is not None
       )
@@ -262,7 +262,7 @@ def run(
             kind="step",
             rung=c.rung,
             replicas=n,
-            chunk=group,
+            chunk=compiled.chunk,
             compile_s=compile_s,
             step_ms=step_s * 1e3,
             replica_step_ms=step_s * 1e3 / n,

@@ -260,15 +260,27 @@ def compile_sweep(config, n, target_spec, sizes=None):
   placement = mesh.devices.size if mesh else 1  # the devices the replicas are laid over
   everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()) if mesh else placed
   batch_shape = (config.batch_size, seq_len)
-  _, _, args = sweep.jitted(
-    config, n, batch_shape, batch_shape, placed, everywhere, platform=tgt.platform
-  )
-  state = args["train_step"][1][0]
-  chunk = sweep.replica_chunk(tgt.platform)
-  results = {
-    name: compile_program(name, jitted, a, mesh, tgt, options)
-    for name, (jitted, a, options) in args.items()
-  }
+
+  def compile_group(group):
+    _, _, args = sweep.jitted(
+      config, n, batch_shape, batch_shape, placed, everywhere, platform=tgt.platform, chunk=group
+    )
+    try:
+      results = {
+        name: compile_program(name, jitted, a, mesh, tgt, options)
+        for name, (jitted, a, options) in args.items()
+      }
+    except DoesNotFit:
+      if group == sweep.ALL:  # one group too large: the sweep falls back to groups
+        return None
+      raise
+    return args["train_step"][1][0], results
+
+  def fits(out):
+    limit = sweep.GROUP_MEMORY_FRACTION * tgt.memory_bytes
+    return all(r["peak_bytes"] <= limit for r in out[1].values())
+
+  chunk, (state, results) = sweep.grouped(compile_group, fits, tgt.platform)
   return {
     "target": tgt.spec,
     "platform": tgt.platform,
@@ -280,9 +292,10 @@ def compile_sweep(config, n, target_spec, sizes=None):
     "replicas": n,
     "placement_devices": placement,
     "batch_shape": list(batch_shape),
+    "replica_chunk": chunk,  # replicas per vmapped group, as sweep.programs chooses it
     # a scanned stack, or replicas in groups one after another (a loop on one device)
     "flops_undercounted": bool(config.model.get("scan_layers", False))
-    or (chunk is not None and n // placement > chunk),
+    or (chunk not in (None, sweep.ALL) and n // placement > chunk),
     "state_bytes": leaf_bytes(state, per_device=False),
     "state_bytes_per_device": leaf_bytes(state, per_device=True),
     "programs": results,
@@ -316,13 +329,7 @@ def compile_program(name, jitted, args, mesh, tgt, options=None):
     raise
   seconds = time.perf_counter() - start
   mem = compiled.memory_analysis()
-  peak = (
-    mem.argument_size_in_bytes
-    + mem.output_size_in_bytes
-    - mem.alias_size_in_bytes
-    + mem.temp_size_in_bytes
-    + mem.generated_code_size_in_bytes
-  )
+  peak = sweep.peak_bytes(mem)
   cost = compiled.cost_analysis()
   flops = cost.get("flops") if isinstance(cost, dict) else None
   return {

@@ -33,8 +33,9 @@ the decayed weights, the norms and biases), which keeps the compiled step small;
 params a SweepResult returns are the model's pytree again. The init program runs once, so
 it compiles without LLVM's optimizations (RUN_ONCE); short CPU sweeps compile all three with
 cheaper options (`compiler_options`). Each device runs the train and eval steps over its
-replicas in groups (`replica_chunk`: one at a time on a CPU, 3 on an accelerator), one vmapped
-group after another. A replica's step is a branch on its `active` flag: one at a time, a
+replicas in groups, one vmapped group after another: one at a time on a CPU; on an
+accelerator all of a device's replicas in one group where those programs fit half its memory,
+else groups of 3 (`grouped`; a sweep may name its own, `replica_chunk`). A replica's step is a branch on its `active` flag: one at a time, a
 stopped replica's step is skipped (a sweep whose fast replicas stopped early pays only for
 the others); in a vmapped group it is a select, computed and discarded. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
@@ -374,11 +375,12 @@ class Programs:
   step_fn: object  # the train step over N replicas before jit (for its jaxpr)
   seconds: dict  # {"init", "train", "eval"}: compile seconds (trace + lower + compile)
   cpu_seconds: dict  # the same in process CPU seconds (all threads)
+  chunk: object = None  # replicas per vmapped group: a count, or ALL (one group a device)
 
 
-# Replicas per vmapped group of the train and eval steps on an accelerator (None: all of a
-# device's replicas in one vmap). The groups bound memory there: the eval sums of 28 replicas
-# in one vmap were the largest program of 9 of the 11 training experiments' accel sizes
+# Replicas per vmapped group of the train and eval steps on an accelerator whose one group
+# does not fit (`grouped`). The groups bound memory there: the eval sums of 28 replicas in one
+# vmap were the largest program of 9 of the 11 training experiments' accel sizes
 # (BENCHMARKS.md, compiled for 8 x H100 and v5e:2x4).
 REPLICA_CHUNK = 3
 # On a CPU one replica at a time (a loop over unbatched steps) costs least: a vmap's batched
@@ -390,6 +392,42 @@ CPU_REPLICA_CHUNK = 1
 
 
 ALL = "all"  # a chunk: every replica of a device in one vmapped group
+# On an accelerator a device's replicas run in one vmapped group when its train and eval
+# programs compiled so each fit GROUP_MEMORY_FRACTION of the device's memory, else in groups
+# of REPLICA_CHUNK. On one H200 the quick arms' 24 replicas in one group cost 0.30-0.32 per
+# replica-step of 3 in one, against 1.00-1.04 in groups of 3 (BENCHMARKS.md, GPU).
+GROUP_MEMORY_FRACTION = 0.5
+
+
+def peak_bytes(memory):
+  """The device bytes a compiled program holds at its peak, from its memory analysis
+  (`compiled.memory_analysis()`): arguments + outputs - aliased + temporaries + code."""
+  return (
+    memory.argument_size_in_bytes
+    + memory.output_size_in_bytes
+    - memory.alias_size_in_bytes
+    + memory.temp_size_in_bytes
+    + memory.generated_code_size_in_bytes
+  )
+
+
+def grouped(compile_group, fits, platform, chunk=None):
+  """(the chunk, compile_group(chunk)): `chunk` when given, a CPU's one at a time; on an
+  accelerator one group (ALL) when compile_group(ALL) compiled (None: it ran out of memory)
+  and `fits` what it returned, else REPLICA_CHUNK (a second compile)."""
+  if chunk is not None or platform == "cpu":
+    return (chunk or CPU_REPLICA_CHUNK), compile_group(chunk)
+  out = compile_group(ALL)
+  if out is not None and fits(out):
+    return ALL, out
+  return REPLICA_CHUNK, compile_group(REPLICA_CHUNK)
+
+
+def device_memory_bytes(device):
+  """The bytes a device's allocator may hold (`memory_stats()['bytes_limit']`), or None
+  where it does not say (a CPU)."""
+  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  return (stats or {}).get("bytes_limit")
 
 
 def replica_chunk(platform, chunk=None):
@@ -496,21 +534,47 @@ def jitted(
 
 def programs(config, n, batch_shape, eval_batch, chunk=None):
   """(Programs compiled for n replicas, seconds this call compiled: 0 when cached); `chunk`:
-  replicas per vmapped group (`replica_chunk`; None: the platform's)."""
+  replicas per vmapped group (`replica_chunk`; None: the platform's, on an accelerator one
+  group where it fits the device, `grouped`). A fallback's first compile counts in the
+  seconds."""
   key = program.cache_key(config, _STATIC_FIELDS, n, batch_shape, eval_batch, chunk)
   if key in _COMPILED:
     return _COMPILED[key], 0.0
-  seconds, cpu_seconds, compiled = {}, {}, {}
+  seconds, cpu_seconds = {}, {}
   clock, cpu_clock = time.perf_counter(), time.process_time()
   sharded = _placement(n)
-  model, step_fn, built = jitted(
-    config, n, batch_shape, eval_batch, sharded, platform=jax.default_backend(), chunk=chunk
-  )
-  for name, (fn, args, options) in built.items():
-    compiled[name] = fn.lower(*args).compile(compiler_options=options)
-    part = {"train_step": "train", "eval_step": "eval"}.get(name, name)
-    seconds[part], clock = time.perf_counter() - clock, time.perf_counter()
-    cpu_seconds[part], cpu_clock = time.process_time() - cpu_clock, time.process_time()
+  platform = jax.default_backend()
+  device = sharded.mesh.devices.flat[0] if sharded is not None else jax.local_devices()[0]
+  limit = device_memory_bytes(device)
+
+  def compile_group(group):
+    nonlocal clock, cpu_clock
+    model, step_fn, built = jitted(
+      config, n, batch_shape, eval_batch, sharded, platform=platform, chunk=group
+    )
+    compiled = {}
+    for name, (fn, args, options) in built.items():
+      try:
+        compiled[name] = fn.lower(*args).compile(compiler_options=options)
+      except Exception as e:  # one group too large for the device: groups of REPLICA_CHUNK
+        if group == ALL and chunk is None and "RESOURCE_EXHAUSTED" in str(e):
+          return None
+        raise
+      part = {"train_step": "train", "eval_step": "eval"}.get(name, name)
+      wall, cpu = time.perf_counter() - clock, time.process_time() - cpu_clock
+      seconds[part], cpu_seconds[part] = (
+        seconds.get(part, 0.0) + wall,
+        cpu_seconds.get(part, 0.0) + cpu,
+      )
+      clock, cpu_clock = time.perf_counter(), time.process_time()
+    return model, step_fn, built, compiled
+
+  def fits(out):
+    return limit is not None and all(
+      peak_bytes(c.memory_analysis()) <= GROUP_MEMORY_FRACTION * limit for c in out[3].values()
+    )
+
+  group, (model, step_fn, built, compiled) = grouped(compile_group, fits, platform, chunk)
   result = Programs(
     compiled["init"],
     compiled["train_step"],
@@ -521,6 +585,7 @@ def programs(config, n, batch_shape, eval_batch, chunk=None):
     step_fn,
     seconds,
     cpu_seconds,
+    group,
   )
   return program.remember(_COMPILED, key, result, _MAX_COMPILED), sum(seconds.values())
 

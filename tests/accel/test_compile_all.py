@@ -5,7 +5,7 @@ import json
 
 from experiments import cache, compile_all, protocol, run_all
 from jaxformer import mixers
-from jaxformer.train import compile_only
+from jaxformer.train import compile_only, sweep
 
 
 def tiny_cache(replicas_per_seed_set):
@@ -49,6 +49,19 @@ def test_replicas_are_laid_over_the_most_devices_that_share_them_equally(tmp_pat
   (arm,) = report["arms"]
   assert arm["replicas"] == 6 and arm["host_devices"] == 4 and arm["placement_devices"] == 3
   assert arm["state_bytes_per_device"] * 3 == arm["state_bytes"]
+
+
+def test_a_device_runs_its_replicas_in_one_group_unless_it_needs_too_much_memory(
+  tmp_path, monkeypatch
+):
+  config, arms = tiny_cache(4)  # 8 replicas on a host of 4 chips: 2 each
+  tgt = compile_only.target("v5e:2x4")
+  (arm,) = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path / "a"))["arms"]
+  assert arm["replica_chunk"] == sweep.ALL and not arm["flops_undercounted"]
+  # a memory budget nothing fits: the sweep's groups of REPLICA_CHUNK, as sweep.programs does
+  monkeypatch.setattr(sweep, "GROUP_MEMORY_FRACTION", 1e-12)
+  (arm,) = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path / "b"))["arms"]
+  assert arm["replica_chunk"] == sweep.REPLICA_CHUNK and arm["placement_devices"] == 4
 
 
 def test_run_all_compile_limit_reaches_the_compiler(tmp_path, monkeypatch):

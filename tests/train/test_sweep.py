@@ -144,6 +144,25 @@ def test_the_eval_sums_run_in_groups_so_their_memory_is_that_of_a_group(monkeypa
   assert temp[6] < 1.5 * temp[3]  # one vmap of 6: twice the temporaries of 3 (measured)
 
 
+def test_an_accelerator_runs_one_group_where_it_fits_else_groups():
+  def run(platform, chunk=None, fits=True, exhausted=False):
+    calls = []
+
+    def compile_group(group):
+      calls.append(group)
+      return None if exhausted and group == sweep.ALL else {"group": group}
+
+    chosen, out = sweep.grouped(compile_group, lambda out: fits, platform, chunk)
+    assert out == {"group": calls[-1]}
+    return chosen, calls
+
+  assert run("cpu") == (sweep.CPU_REPLICA_CHUNK, [None])  # one compile, a CPU's one at a time
+  assert run("gpu", chunk=4) == (4, [4])  # a chosen chunk is compiled as asked
+  assert run("gpu") == (sweep.ALL, [sweep.ALL])
+  assert run("tpu", fits=False) == (sweep.REPLICA_CHUNK, [sweep.ALL, sweep.REPLICA_CHUNK])
+  assert run("gpu", exhausted=True) == (sweep.REPLICA_CHUNK, [sweep.ALL, sweep.REPLICA_CHUNK])
+
+
 def test_replicas_trained_in_groups_match_one_at_a_time(three, monkeypatch):
   assert sweep.replica_chunk("cpu") == 1 and sweep.replica_chunk("tpu") == 3
   assert sweep.replica_chunk("cpu", 4) == 4 and sweep.replica_chunk("gpu", sweep.ALL) is None
