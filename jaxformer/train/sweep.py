@@ -34,10 +34,11 @@ params a SweepResult returns are the model's pytree again. The init program runs
 it compiles without LLVM's optimizations (RUN_ONCE); short CPU sweeps compile all three with
 cheaper options (`compiler_options`). Each device runs the train and eval steps over its
 replicas in groups, one vmapped group after another: one at a time on a CPU; on an
-accelerator all of a device's replicas in one group where those programs fit half its memory,
-else groups of 3 (`grouped`; a sweep may name its own, `replica_chunk`). A replica's step is a branch on its `active` flag: one at a time, a
-stopped replica's step is skipped (a sweep whose fast replicas stopped early pays only for
-the others); in a vmapped group it is a select, computed and discarded. `programs(config, n,
+accelerator all of a device's replicas in one group where those programs fit half its
+memory, else groups of 3 (`grouped`; a caller may name its own, `replica_chunk`). A
+replica's step is a branch on its `active` flag: one at a time, a stopped replica's step is
+skipped (a sweep whose fast replicas stopped early pays only for the others); in a vmapped
+group it is a select, computed and discarded. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
