@@ -102,7 +102,7 @@ import time
 import numpy as np
 
 from experiments import harness, report
-from jaxformer import ladder
+from jaxformer import bench, ladder
 from jaxformer.train import sweep
 
 SIZES = ("tiny", "quick", "full", "accel")
@@ -1199,6 +1199,7 @@ def run(module, config, workdir, size="", log=print):
     ],
     per_rate=per_rate,
     plateau=trained.plateau_table(),
+    machine=bench.machine(),
   )
 
 

@@ -259,6 +259,9 @@ class Result:
   checks: list = dataclasses.field(default_factory=list)  # {name, tag, statement, test}
   per_rate: list = dataclasses.field(default_factory=list)  # {learning_rate, verdict, ...}
   plateau: list = dataclasses.field(default_factory=list)  # rows: per arm, per replica
+  # what it ran on (jaxformer.bench.machine: backend, devices, CPU model, jax): XLA compiles
+  # for the host's CPU, so a replica's numbers can differ bit for bit on another CPU model
+  machine: dict = dataclasses.field(default_factory=dict)
 
   @property
   def verdict(self):
@@ -318,6 +321,7 @@ class Result:
       "checks": _jsonable(self.checks),
       "per_rate": _jsonable(self.per_rate),
       "plateau": _jsonable(self.plateau),
+      "machine": _jsonable(self.machine),
       "runs": _jsonable(self.runs),
       "seconds": round(self.seconds, 2),
       "cpu_seconds": round(self.cpu_seconds, 2),
@@ -383,6 +387,13 @@ def section(result):
       f"**Design** version {d['version']} (hash `{d['hash'][:12]}`, size {d['size']}, commit "
       f"{result.commit or 'unknown'}); confirmatory seeds {list(result.seeds)}, exploratory "
       f"seeds {list(result.exploratory_seeds)}.",
+      "",
+    ]
+  if result.machine:
+    m = result.machine
+    lines += [
+      f"**Machine.** {m.get('cpu')} ({m.get('cpu_cores')} cores), {m.get('devices')} "
+      f"{m.get('backend')} device(s), jax {m.get('jax')}, Python {m.get('python')}.",
       "",
     ]
   lines += [f"**Setup.** {result.setup}", ""]

@@ -7,6 +7,7 @@ import math
 import os
 import types
 
+import jax
 import ml_collections
 import pytest
 
@@ -549,6 +550,9 @@ def test_run_records_design_commit_plateau_per_rate_and_falsification(fake_sweep
   design = protocol.design(module, "quick")
   assert data["design"] == design.record() | {"config_as_registered": True}
   assert data["commit"] and data["seeds"] == [0, 1, 2] and data["exploratory_seeds"] == [100]
+  # the machine it ran on: XLA compiles for the host's CPU, so numbers can differ on another
+  assert data["machine"]["backend"] == "cpu" and data["machine"]["cpu"]
+  assert data["machine"]["jax"] == jax.__version__
   # model: learns at 3e-3 by 300 steps (plateau at 400); weak: never, so its reading is
   # unresolved and with it the verdict: the falsification arm cannot be shown rejected.
   assert [c["verdict"] for c in data["criteria"]] == [report.SUPPORTED]
@@ -563,6 +567,7 @@ def test_run_records_design_commit_plateau_per_rate_and_falsification(fake_sweep
   json.dumps(data)  # serialisable as is
   text = open(report.write([result], str(tmp_path))).read()
   assert "**Plateau**" in text and "**Falsification**" in text and "**Checks**" in text
+  assert f"**Machine.** {data['machine']['cpu']}" in text
 
 
 def test_two_stages_judge_each_rate_on_the_exploratory_seeds(fake_sweep, tmp_path):
