@@ -16,6 +16,7 @@ def test_train_suite_tiny(monkeypatch):
     assert math.isfinite(r[key]) and r[key] > 0, key
   assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["seq_len"] / r["step_time_s"])
   assert r["mfu"] == pytest.approx(r["flops_per_step"] / r["step_time_s"] / r["peak_flops"])
+  assert r["mfu_target"] == train_bench.TARGET_MFU  # a CPU; an accelerator: ACCEL_TARGET_MFU
   assert r["mfu_target_met"] == (r["mfu"] >= train_bench.TARGET_MFU)
   assert math.isfinite(r["final_loss"])
   # the FLOP count is the training metrics' formula: 6 N + causal attention at half per token
