@@ -464,9 +464,13 @@ def controls(metrics, config):
 
 def _beats(adjusted, params, winner, form, reads):
   """The margin criterion: `winner` beats `form` by >= MARGIN adjusted, every seed (paired)."""
+  counts = (
+    f"; mixing params/layer {params[winner]} vs {params[form]}"
+    if winner in params and form in params
+    else ""
+  )
   return report.every_seed(
-    f"{winner} beats {form} by >= {MARGIN} adjusted accuracy (paired by seed; mixing "
-    f"params/layer {params.get(winner, '?')} vs {params.get(form, '?')})",
+    f"{winner} beats {form} by >= {MARGIN} adjusted accuracy (paired by seed{counts})",
     [a - b for a, b in zip(adjusted[winner], adjusted[form], strict=True)],
     lambda d: d >= MARGIN,
     name="sum_beats_form",
