@@ -82,11 +82,12 @@ INFORMED = 0.8  # control: source_only's raw accuracy >= this x chance
 SOURCE_ONLY_TOLERANCE = 1e-5  # the check: source_only's receiver dependence is 0 up to this
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 7  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
+VERSION = 8  # v2: dependence and contrast read as trained minus untrained; stateless a check; v3: the full grid of four rates
 # v4: full in two stages, the confirmatory seeds at the selected point only; v5: the neighbour
 # contrast reported, not a criterion (and its control gone); full's step cap 6,000; v6: full's
 # step cap 12,000 (source_only still learning on MQAR at 6,000 on six of seven replicas); v7:
-# full's cap 24,000, a plateau read by the doubling (source_only still learning at 12,000)
+# full's cap 24,000, a plateau read by the doubling (source_only still learning at 12,000);
+# v8: every replica of a grown budget read by the doubling (DOUBLING_EVERY_REPLICA)
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -168,6 +169,8 @@ def get_config(size="quick"):
     # on MQAR at 3,000 steps in v4's full run; v6: 12,000, source_only was still learning on
     # MQAR at 6,000 (six of seven replicas, gains 0.10-0.17 over the last half) in v5's;
     # v7: 24,000 read by the doubling, still learning at 12,000 (six of seven, 0.04-0.19)
+    # v8: every replica of a grown budget read by the doubling (v7's confirmatory seeds were new
+    # at 24,000, where the selection moved, and so read by the window)
     sizes.full(
       c,
       total_steps=1500,
@@ -175,7 +178,7 @@ def get_config(size="quick"):
       warmup_steps=100,
       confirm_at_selected=True,
       step_cap=24000,
-      **protocol.DOUBLING,
+      **protocol.DOUBLING_EVERY_REPLICA,
     )
   elif size == "accel":
     c.tasks = ml_collections.ConfigDict(
