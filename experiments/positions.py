@@ -128,7 +128,8 @@ def get_config(size="quick"):
     # v5: a cap of 4,000 (was 2,000): without positions the causal model was still learning
     # at 2,000 steps on every replica in v4's full run; under wsd a growing budget continues.
     # v6: at 4,000 the window read the decay as learning (design log): the doubling reading.
-    # v7: a cap of 16,000 (none still learning at 8,000 on 1 of 7 and 2 of 7 replicas)
+    # v7: a cap of 16,000 (the model without positions, "none", still learning at 8,000 on
+    # 1 of 7 replicas at c = 6 and 2 of 7 at c = 10)
     sizes.full(
       c,
       total_steps=1000,

@@ -899,13 +899,8 @@ def train_arm(arm, config, log=print, store=None):
     with no run at the budget before train it first (the longer run grows from it), so the
     doubling reads them."""
     grows_from = shorter
-    new = [
-      (s, lr, wd)
-      for s in seed_list
-      for lr in rates
-      for wd in weight_decays
-      if (s, lr, wd) not in trained_before
-    ]
+    grid = sweep.grid(seed_list, tuple(rates), tuple(weight_decays))
+    new = [key for r in grid if (key := replica_key(r)) not in trained_before]
     if every_replica and budget_before is not None and new:
       seeds_new, rates_new = sorted({x[0] for x in new}), sorted({x[1] for x in new})
       wds_new = sorted({x[2] for x in new})

@@ -545,8 +545,6 @@ def programs(config, n, batch_shape, eval_batch, chunk=None):
   clock, cpu_clock = time.perf_counter(), time.process_time()
   sharded = _placement(n)
   platform = jax.default_backend()
-  device = sharded.mesh.devices.flat[0] if sharded is not None else jax.local_devices()[0]
-  limit = device_memory_bytes(device)
 
   def compile_group(group):
     nonlocal clock, cpu_clock
@@ -570,7 +568,9 @@ def programs(config, n, batch_shape, eval_batch, chunk=None):
       clock, cpu_clock = time.perf_counter(), time.process_time()
     return model, step_fn, built, compiled
 
-  def fits(out):
+  def fits(out):  # asked on an accelerator only
+    device = sharded.mesh.devices.flat[0] if sharded is not None else jax.local_devices()[0]
+    limit = device_memory_bytes(device)
     return limit is not None and all(
       peak_bytes(c.memory_analysis()) <= GROUP_MEMORY_FRACTION * limit for c in out[3].values()
     )
