@@ -25,8 +25,9 @@ Seeds (protocol.SEEDS): 3 confirmatory + 1 exploratory at quick, 5 + 2 at full a
 quick: MQAR V=16 L=16 K=4, D=32, no skip at depths 2 and 4, residual at depth 4, batch 32,
 400 steps (no growth: a replica still learning is UNRESOLVED) at lr 3e-3. full: both at
 depths 2, 4 and 8, lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2], 1,000 steps
-growing to 2,000 until every replica plateaus, in two stages (the confirmatory seeds at the
-selected rate), under a "wsd" schedule (a growing budget continues each sweep). accel: MQAR
+growing x2 to at most 4,000 until every replica plateaus, in two stages (the confirmatory seeds
+at the selected rate), under a "wsd" schedule (a growing budget continues each sweep); its
+confirmatory seeds are 5-9 (v5: seeds no decision saw). accel: MQAR
 V=256 L=64 K=8, D=128, depths 2 to 16.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -55,8 +56,9 @@ SPEED_AT = 0.9  # reported, not a criterion: steps to this raw validation accura
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
 # v2: no budget growth at quick (make run's 10 minutes); v3: the full grid of four rates;
-# v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep)
-VERSION = 4
+# v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep);
+# v5: full's cap 2,000 -> 4,000 and fresh confirmatory seeds (5-9)
+VERSION = 5
 SPECS = (
   protocol.Spec(
     "shallow_no_skip_learns",
@@ -114,12 +116,15 @@ def get_config(size="quick"):
     sizes.tiny(c)
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
-    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (0, 1, 2, 3, 4)
+    # v5: confirmatory seeds no earlier version read (v4 read 0-4 and its cap was decided
+    # from them)
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (5, 6, 7, 8, 9)
     # v4: the confirmatory seeds at the selected point only, and a budget that grows 1,000 ->
-    # 2,000 continues each sweep from step 800 (protocol.WSD)
+    # 2,000 continues each sweep from step 800 (protocol.WSD); v5: the cap 4,000
     sizes.full(
       c,
       total_steps=1000,
+      step_cap=4000,
       eval_every=100,
       warmup_steps=100,
       confirm_at_selected=True,
