@@ -147,7 +147,7 @@ def get_config(size="quick"):
     # v6: a cap of 6,000 (was 3,000): r = 1 was still learning at 3,000 on 5 of 7 replicas;
     # v7: 12,000 (r = 1 still learning at 6,000 on 4 of 7), read on confirmatory seeds no
     # earlier version read (v6 read 0-4 and this cap was decided from them)
-    c.confirmatory_seeds = (5, 6, 7, 8, 9)
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
     sizes.full(
       c,
       total_steps=1500,

@@ -143,6 +143,11 @@ SEEDS = {
 }
 
 
+# The confirmatory seeds of a full design changed after its run on SEEDS["full"]'s: a change
+# decided from those seeds is confirmed on seeds no decision saw (evidence item 12)
+FRESH_FULL_SEEDS = (5, 6, 7, 8, 9)
+
+
 def set_seeds(c, size):
   """Sets `exploratory_seeds` and `confirmatory_seeds` of ConfigDict `c` for `size`."""
   c.exploratory_seeds, c.confirmatory_seeds = SEEDS[size]

@@ -118,7 +118,7 @@ def get_config(size="quick"):
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
     # v5: confirmatory seeds no earlier version read (v4 read 0-4 and its cap was decided
     # from them)
-    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), (5, 6, 7, 8, 9)
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), protocol.FRESH_FULL_SEEDS
     # v4: the confirmatory seeds at the selected point only, and a budget that grows 1,000 ->
     # 2,000 continues each sweep from step 800 (protocol.WSD); v5: the cap 4,000
     sizes.full(

@@ -177,7 +177,7 @@ def get_config(size="quick"):
     # (source_only still learning on MQAR at 24,000 on every replica), reached within 30
     # minutes by a "wsd" schedule (a grown budget continues each sweep from the decay of the
     # one before instead of training again), on confirmatory seeds no earlier version read
-    c.confirmatory_seeds = (5, 6, 7, 8, 9)
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
     sizes.full(
       c,
       total_steps=1500,
