@@ -66,7 +66,7 @@ WITHIN = 0.05  # (a) summed - concat at r = D/4 equivalent to 0 within +-this; (
 # fewest heads <= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 12  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
+VERSION = 13  # v3: the full grid of four rates; v4: scorer and value rank apart, a text arm;
 # v5: the text arms take their vocabulary and length from the corpus when they run
 # v6: full in two stages, the confirmatory seeds at the selected point only; v7: full under
 # a "wsd" schedule (a budget grows by continuing each sweep); v8: full selects on one
@@ -74,6 +74,7 @@ VERSION = 12  # v3: the full grid of four rates; v4: scorer and value rank apart
 # split matters, with H in {1, 4, 16}; v10: quick's budget 250 (make run's 10 minutes);
 # v11: the text arms read the pinned source corpus (harness.SOURCE_CORPUS), not the live source
 # v12: full's step cap 4,000, every grown budget read by the doubling (DOUBLING_EVERY_REPLICA)
+# v13: full on fresh confirmatory seeds (v12's rule was decided from seeds 0-4's numbers)
 SPECS = (
   protocol.Spec(
     "summed_learns",
@@ -154,6 +155,8 @@ def get_config(size="quick"):
       **protocol.ONE_EXPLORATORY,
       **protocol.DOUBLING_EVERY_REPLICA,
     )
+    # v13: v12's cap was decided from v11's numbers on seeds 0-4; confirmed on fresh ones
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
   elif size == "accel":
     c.d_model, c.budget, c.heads_grid, c.summed_heads = 256, 256, (1, 2, 4, 8, 16, 32), 4
     c.vocab_size, c.seq_len, c.num_kv_pairs = 256, 64, 8
