@@ -36,8 +36,8 @@ none and softmax at L in {16, 64} (the raw sum for claims (a) and (b), the softm
 for the falsification arm), 3+1 seeds at lr 3e-3, up to 300 steps; no tau sweep (each tau is a
 compiled program of its own). full: LN none and pre, none and softmax at L in {16, 64, 128},
 and the tau sweep at r in {8, 32, 128}, L=64; the four rates of protocol.FULL_LEARNING_RATES in
-two stages (2 exploratory seeds at every rate, 5 confirmatory at the selected one), up to 600
-steps.
+two stages (1 exploratory seed at every rate, 5 confirmatory at the selected one: seeds 5-9),
+budgets 300 doubling up to 2,400 steps, a grown budget's plateau read by the doubling.
 accel: L up to 2048 and 4 learning rates. Measured numbers: docs/experiments.md.
 """
 
@@ -69,9 +69,10 @@ TAU_MATTERS = 0.1  # control: best - worst tau at some rank >= this, every seed
 TAU_TOLERANCE = 0.05  # (c) adjusted(sqrt r) >= adjusted(best tau) - this, every rank and seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 5  # v2: the trained falsification arm; v3: the accel batch 64; v4: full at four
+VERSION = 6  # v2: the trained falsification arm; v3: the accel batch 64; v4: full at four
 # rates in two stages, L up to 128; v5: full under a "wsd" schedule (a budget grows by
-# continuing each sweep)
+# continuing each sweep); v6: full's step cap 2,400 read by the doubling, one exploratory seed,
+# fresh confirmatory seeds
 SPECS = (
   protocol.Spec(
     "softmax_learns_long",
@@ -149,7 +150,18 @@ def get_config(size="quick"):
     c.norms, c.lengths = ("none", "pre"), (16, 64, 128)
     c.tau_ranks = (8, 32, 128)
     # v5: a budget that grows 300 -> 600 continues each sweep from step 240 (protocol.WSD)
-    sizes.full(c, step_cap=600, confirm_at_selected=True, **protocol.WSD)
+    # v6: the cap 600 -> 2,400, every grown budget read by the doubling (v5: 8 of 21 arms
+    # still learning at 600), one exploratory seed selects (the cost), and confirmatory seeds
+    # no decision saw (v5 read 0-4 and this cap was decided from them)
+    sizes.full(
+      c,
+      step_cap=2400,
+      confirm_at_selected=True,
+      **protocol.WSD,
+      **protocol.ONE_EXPLORATORY,
+      **protocol.DOUBLING_EVERY_REPLICA,
+    )
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
   elif size == "accel":
     c.vocab_size, c.d_model, c.num_heads = 256, 128, 2
     c.norms, c.normalizers = ("none", "pre"), ("none", "sum", "softmax")
