@@ -387,19 +387,7 @@ def measure(config, trained, workdir):
   plots = [_plot_lengths(config, adj, workdir)]
   if config.tau_ranks:
     plots.append(_plot_taus(config, adj, workdir))
-  table = [
-    {
-      "rank r": rank,
-      **{
-        f"tau={f:g}sqrt(r)={f * math.sqrt(rank):.3g}": protocol.mean(
-          adj[tau_model(rank, f)][tau_setting(config)]
-        )
-        for f in config.tau_factors
-      },
-      "best factor": best_factor(adj, config, rank),
-    }
-    for rank in config.tau_ranks
-  ]
+  table = temperature_table(config, adj)
   setup = (
     f"rung softmax (matrix sum, summed heads), D={config.d_model}, {config.num_heads} head, "
     f"{config.num_layers} layers; MQAR V={config.vocab_size} K={config.num_kv_pairs} at "
@@ -414,6 +402,22 @@ def measure(config, trained, workdir):
     )
   )
   return protocol.Section(table=table, plots=plots, setup=setup)
+
+
+def temperature_table(config, adj):
+  """One row per rank r of the sweep: the mean adjusted accuracy at each tau factor (the same
+  columns in every row, so every rank's cells show) and the best factor."""
+  return [
+    {
+      "rank r": rank,
+      **{
+        f"tau={f:g}sqrt(r)": protocol.mean(adj[tau_model(rank, f)][tau_setting(config)])
+        for f in config.tau_factors
+      },
+      "best factor": best_factor(adj, config, rank),
+    }
+    for rank in config.tau_ranks
+  ]
 
 
 def _plot_lengths(config, adj, workdir):

@@ -224,6 +224,18 @@ def test_a_grid_that_cannot_read_the_claims_is_refused(field, value):
     normalization.arms(config)
 
 
+def test_the_temperature_table_shows_every_rank_in_the_same_columns():
+  config = _config()
+  adj = _metrics(config, _claim_holds)["adjusted"]
+  table = normalization.temperature_table(config, adj)
+  assert [row["rank r"] for row in table] == [8, 32]
+  columns = [f"tau={f:g}sqrt(r)" for f in config.tau_factors]
+  for row in table:
+    assert list(row) == ["rank r", *columns, "best factor"]
+    assert [row[c] for c in columns] == pytest.approx([0.7, 1.0, 0.7])
+    assert row["best factor"] == 1.0
+
+
 @pytest.mark.slow  # a tiny end-to-end run of the experiment: `make test-slow`
 def test_tiny_run_trains_every_arm_over_seeds(tmp_path):
   config = normalization.get_config("tiny")
