@@ -23,9 +23,16 @@ program step and per replica-step, in wall and CPU milliseconds; the same progra
 half of the N replicas stopped (as early-stopped replicas are; on a CPU a stopped replica's
 step is skipped, so it costs about half); and the achieved FLOP/s
 (jaxformer.train.metrics' flops_per_token x tokens x N / wall step time) against the
-measured float32 matmul peak.
+measured float32 matmul peak. With `profile=True` each step row also says where a program
+step goes: the same step traced (`jax.profiler.trace`), each XLA operation's time summed by
+kind (`op_shares`: products, copies and transposes, the rest), read as shares because the
+tracer's own cost per operation inflates the traced wall time.
 """
 
+import collections
+import glob
+import gzip
+import json
 import os
 import shutil
 import tempfile
@@ -189,6 +196,75 @@ def step_seconds(compiled, c, n, shape, steps, repeats, running=None):
   return timed.best / steps, timed.best_cpu / steps
 
 
+# Trace events that are not one XLA operation of the program: the runtime's own spans (the
+# executor, argument handling, waits on its thread pool), Python frames ("$..."), and the
+# control-flow operations whose bodies' operations are traced on their own
+_NOT_AN_OP = (
+  "$",
+  "ThunkExecutor",
+  "PjitFunction",
+  "CommonPjRt",
+  "ParseArguments",
+  "Handle inputs",
+  "Allocate",
+  "SlinkyThreadPool",
+  "Latent",
+  "while",
+  "cond",
+  "call",
+)
+OP_KINDS = ("products", "copies", "other")
+
+
+def op_kind(name):
+  """An XLA operation's kind from its name in a CPU trace: 'products' (YNNPACK fusions, dots,
+  convolutions), 'copies' (copies and transposes), 'other' (elementwise and reductions); None
+  for an event that is not one operation (`_NOT_AN_OP`)."""
+  if name.startswith(_NOT_AN_OP):
+    return None
+  if "ynn" in name or name.startswith(("dot", "convolution")):
+    return "products"
+  if name.startswith(("copy", "transpose")):
+    return "copies"
+  return "other"
+
+
+def op_shares(events):
+  """{'<kind>_share': share of the summed operation time for each of OP_KINDS, 'ops': distinct
+  operations} of trace events (Chrome trace dicts: 'ph' 'X' spans with 'name' and 'dur')."""
+  kinds, names = collections.Counter(), set()
+  for e in events:
+    kind = op_kind(e.get("name", "")) if e.get("ph") == "X" and "dur" in e else None
+    if kind is not None:
+      kinds[kind] += e["dur"]
+      names.add(e["name"])
+  total = sum(kinds.values())
+  if not total:
+    raise BenchError("profile: the trace holds no XLA operation (is this a CPU backend?)")
+  return {f"{k}_share": kinds[k] / total for k in OP_KINDS} | {"ops": len(names)}
+
+
+def traced_shares(compiled, c, n, shape, steps):
+  """op_shares of `steps` train steps on one fixed batch under jax.profiler.trace."""
+  state, hyper, put = _state(compiled, n, c)
+  batch = _batch(c, n, shape, put)
+  active = put(np.ones(n, bool))
+  state = compiled.train(state, batch, hyper, active)[0]  # warm-up, outside the trace
+  jax.block_until_ready(state)
+  directory = tempfile.mkdtemp(prefix="jaxformer_sweep_profile_")
+  try:
+    with jax.profiler.trace(directory, create_perfetto_trace=True):
+      for _ in range(steps):
+        state = compiled.train(state, batch, hyper, active)[0]
+      jax.block_until_ready(state)
+    (path,) = glob.glob(os.path.join(directory, "**", "perfetto_trace.json.gz"), recursive=True)
+    with gzip.open(path) as f:
+      trace = json.load(f)
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+  return op_shares(trace["traceEvents"] if isinstance(trace, dict) else trace)
+
+
 def run(
   arms=tuple(ARMS),
   replicas=(1, 3, 12, 24),
@@ -198,13 +274,15 @@ def run(
   tiny=False,
   total_steps=300,
   chunk=None,
+  profile=False,
 ):
   """A compile row per arm, a step row per (arm, replica count). `total_steps`: the arms'
   step budget, 300 as at the quick sizes; above sweep.FAST_COMPILE_STEPS the programs compile
   with XLA's default options, as at the full sizes (`--set total_steps=3000`). `chunk`:
   replicas per vmapped group (None: the platform's, sweep.programs: a CPU's one at a time, an
   accelerator's one group where it fits; a count, or 'all' for one vmap of every replica:
-  `--set chunk=\"'all'\"`). Each row records the group its programs ran in."""
+  `--set chunk=\"'all'\"`). Each row records the group its programs ran in. `profile`: each
+  step row also holds op_shares of `steps` traced steps (a CPU's operation names)."""
   check_positive(replicas=replicas, compile_replicas=compile_replicas, steps=steps)
   check_positive(repeats=repeats, total_steps=total_steps)
   try:
@@ -256,8 +334,10 @@ def run(
           step_seconds(compiled, c, n, shape, steps, repeats, n // 2) if n > 1 else (None, None)
         )
         flops = flops_token * shape[0] * shape[1] * n
+        shares = traced_shares(compiled, c, n, shape, steps) if profile else {}
         rows.append(
-          dict(
+          shares
+          | dict(
             arm=arm,
             kind="step",
             rung=c.rung,
@@ -313,6 +393,10 @@ SUITE = Suite(
     "half_stopped_step_cpu_ms",
     "gflops",
     "fraction_of_peak",
+    "ops",
+    "products_share",
+    "copies_share",
+    "other_share",
     "load_avg_1m",
   ),
   description="the sweep engine per arm: cold / warm compile of its programs, ms per "

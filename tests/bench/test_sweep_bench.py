@@ -67,3 +67,41 @@ def test_the_cli_names_a_bad_arm_and_exits_2(capsys):
     bench.main(["sweep", "--set", "arms=('gru_lm',)"])
   assert exit_info.value.code == bench.USAGE
   assert "gru_lm" in capsys.readouterr().err
+
+
+def test_op_shares_sum_each_kind_of_operation_and_skip_the_runtime():
+  events = [
+    {"ph": "X", "name": "ynn_fusion.3", "dur": 30},
+    {"ph": "X", "name": "dot.11", "dur": 10},
+    {"ph": "X", "name": "copy_bitcast_fusion.7", "dur": 20},
+    {"ph": "X", "name": "transpose.2", "dur": 5},
+    {"ph": "X", "name": "multiply_add_fusion", "dur": 25},
+    {"ph": "X", "name": "reduce_bitcast_fusion", "dur": 10},
+    {"ph": "X", "name": "ynn_fusion.3", "dur": 0},  # the same operation again
+    # not operations: the runtime, a Python frame, a loop whose body is traced on its own,
+    # an instant event without a duration
+    {"ph": "X", "name": "ThunkExecutor::Execute", "dur": 500},
+    {"ph": "X", "name": "SlinkyThreadPool::Await", "dur": 500},
+    {"ph": "X", "name": "$profiler.py:307 trace", "dur": 500},
+    {"ph": "X", "name": "while.22", "dur": 500},
+    {"ph": "i", "name": "copy.1"},
+  ]
+  shares = sweep_bench.op_shares(events)
+  assert shares["products_share"] == pytest.approx(0.4)
+  assert shares["copies_share"] == pytest.approx(0.25)
+  assert shares["other_share"] == pytest.approx(0.35)
+  assert shares["ops"] == 6
+
+
+def test_a_trace_without_operations_is_an_error():
+  with pytest.raises(BenchError, match="profile"):
+    sweep_bench.op_shares([{"ph": "X", "name": "ThunkExecutor::Execute", "dur": 5}])
+
+
+def test_a_profiled_step_row_says_where_the_step_goes():
+  size = dict(sweep_bench.SUITE.sizes["tiny"], replicas=(2,), profile=True)
+  rows = sweep_bench.SUITE.run(**size)
+  (step,) = [r for r in rows if r["kind"] == "step"]
+  shares = [step[f"{k}_share"] for k in sweep_bench.OP_KINDS]
+  assert sum(shares) == pytest.approx(1.0) and all(0 <= x <= 1 for x in shares)
+  assert step["products_share"] > 0 and step["ops"] > 10
