@@ -146,6 +146,8 @@ SEEDS = {
 # The confirmatory seeds of a full design changed after its run on SEEDS["full"]'s: a change
 # decided from those seeds is confirmed on seeds no decision saw (evidence item 12)
 FRESH_FULL_SEEDS = (5, 6, 7, 8, 9)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS
+FRESH_FULL_SEEDS_2 = (10, 11, 12, 13, 14)
 
 
 def set_seeds(c, size):
