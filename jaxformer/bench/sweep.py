@@ -176,14 +176,23 @@ def _batch(c, n, shape, put):
   return {k: put(v) for k, v in batch.items()}
 
 
+def _fixed_step(compiled, c, n, shape, running=None):
+  """(state after one warm-up step, batch, hyper, active) of the train step on one fixed
+  batch; `running` replicas are active (None: all), the others stopped as an early-stopped
+  replica is."""
+  state, hyper, put = _state(compiled, n, c)
+  batch = _batch(c, n, shape, put)
+  active = put(np.arange(n) < (n if running is None else running))
+  state = compiled.train(state, batch, hyper, active)[0]
+  return jax.block_until_ready(state), batch, hyper, active
+
+
 def step_seconds(compiled, c, n, shape, steps, repeats, running=None):
   """Best (wall, process CPU) seconds per program step of the train step on one fixed batch,
   each the best of the same `repeats` loops of `steps` steps; `running` replicas are active
   (None: all), the others stopped as an early-stopped replica is."""
-  state, hyper, put = _state(compiled, n, c)
-  batch = _batch(c, n, shape, put)
-  active = put(np.arange(n) < (n if running is None else running))
-  box = {"state": compiled.train(state, batch, hyper, active)[0]}  # warm-up
+  state, batch, hyper, active = _fixed_step(compiled, c, n, shape, running)
+  box = {"state": state}
 
   def window():
     s = box["state"]
@@ -246,11 +255,7 @@ def op_shares(events):
 
 def traced_shares(compiled, c, n, shape, steps):
   """op_shares of `steps` train steps on one fixed batch under jax.profiler.trace."""
-  state, hyper, put = _state(compiled, n, c)
-  batch = _batch(c, n, shape, put)
-  active = put(np.ones(n, bool))
-  state = compiled.train(state, batch, hyper, active)[0]  # warm-up, outside the trace
-  jax.block_until_ready(state)
+  state, batch, hyper, active = _fixed_step(compiled, c, n, shape)  # warm-up: outside the trace
   directory = tempfile.mkdtemp(prefix="jaxformer_sweep_profile_")
   try:
     with jax.profiler.trace(directory, create_perfetto_trace=True):
