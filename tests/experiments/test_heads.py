@@ -56,6 +56,18 @@ def test_the_models_hold_the_parameter_count_fixed_and_name_the_reference():
   assert counts == {4 * 64 * 64}  # 4 D H r with H r = D, whatever the split
 
 
+def test_full_caps_the_reported_arms_below_the_arms_a_criterion_reads():
+  config = heads.get_config("full")
+  caps = {arm.model + " @ " + arm.setting: arm.step_cap for arm in heads.arms(config)}
+  read = {name + " @ " + heads.setting(config) for name in heads.models(config)}
+  reported = set(caps) - read
+  assert len(reported) == 4  # two rank splits on MQAR, two text LMs
+  assert {caps[name] for name in read} == {None}  # the config's step_cap
+  assert {caps[name] for name in reported} == {config.reported_step_cap}
+  assert config.reported_step_cap < config.step_cap
+  assert "reported_step_cap" not in heads.get_config("quick")  # quick: every arm alike
+
+
 def test_summed_heads_that_do_not_learn_make_it_inconclusive():
   assert _verdicts(_config(), {"summed": 0.5})[0] == [False, True]
 
