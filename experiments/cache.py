@@ -28,7 +28,10 @@ task this experiment used before, no front can be read). Claim, over seeds (chan
 key bytes per token is worse than it by more than 0.05 adjusted accuracy (the bootstrap 95%
 interval of the paired difference above 0.05; a cheaper scorer that ties it dominates it).
 Reported beside the verdict: r*, the smallest rank of the grid whose bilinear - r is
-equivalent to 0 within +-0.05 (the test of (a)), and r*/D against the article's D/5.
+equivalent to 0 within +-0.05 (the test of (a)), and r*/D against the article's D/5; at full
+also r* at other widths D and vocabularies V (the key count V/2 - 1: its entropy per key),
+from reported arms (bilinear and r in {2, 4, D/4} at each (D, V) of `rank_grid`) that no
+criterion reads.
 
   python -m experiments.cache --workdir runs/cache                    # quick
   python -m experiments.cache --size full --workdir runs/cache_full
@@ -36,8 +39,9 @@ equivalent to 0 within +-0.05 (the test of (a)), and r*/D against the article's 
 Sizes: quick (`make run`): D=64, H=2, 2 layers, bilinear and r in {1, 16}, MQAR V=64 L=16
 K=4, 3+1 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
 a larger vocabulary), r in {1, 2, 4, 16}, 5+2 seeds x lr logspace(1e-3, 1e-2, 4), 1,500 steps growing x2
-to at most 12,000 (a plateau read by the doubling), confirmatory seeds 5-9 (v7: seeds no
-decision saw).
+to at most 12,000 (a plateau read by the doubling), one exploratory seed, confirmatory seeds
+10-14 (v8: seeds no cache decision saw); r* reported at (D, V) in {(16, 128), (32, 128), (64,
+32), (64, 256)}, those arms capped at 3,000 steps.
 accel: D=256, r in {2, 8, 32, 64, 256}, MQAR V=1024 L=128 K=16. Measured numbers:
 docs/experiments.md.
 """
@@ -74,10 +78,11 @@ CONTROL_LEARNS = 0.8  # bilinear adjusted accuracy >= this, every seed
 CONTROL_TRADE_OFF = 0.1  # bilinear - smallest rank (adjusted) >= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 7  # v4: the front is a Pareto test (a tie dominates); r* reported
+VERSION = 8  # v4: the front is a Pareto test (a tie dominates); r* reported
 # v5: full in two stages, the confirmatory seeds at the selected point only
 # v6: full's step cap 6,000 (r = 1 still learning at 3,000), a plateau read by the doubling
 # v7: full's step cap 12,000 (r = 1 still learning at 6,000) and fresh confirmatory seeds 5-9
+# v8: full reports r* against D and V (`rank_grid`), selects on one exploratory seed, seeds 10-14
 SPECS = (
   protocol.Spec(
     "bilinear_learns",
@@ -139,6 +144,7 @@ def get_config(size="quick"):
   if size == "tiny":  # the tests: seconds
     c.d_model, c.num_layers, c.ranks, c.seq_len, c.num_kv_pairs = 16, 1, (2, 4), 8, 2
     sizes.tiny(c, decode_batch=2)
+    c.rank_grid = ((8, c.vocab_size),)  # v8: one reported (D, V) point
   elif size == "full":
     c.vocab_size, c.seq_len, c.num_kv_pairs = 128, 32, 8
     # r = 64 (= D) matched the bilinear scorer at the most cost in the full run of
@@ -146,8 +152,13 @@ def get_config(size="quick"):
     c.ranks = (1, 2, 4, 16)
     # v6: a cap of 6,000 (was 3,000): r = 1 was still learning at 3,000 on 5 of 7 replicas;
     # v7: 12,000 (r = 1 still learning at 6,000 on 4 of 7), read on confirmatory seeds no
-    # earlier version read (v6 read 0-4 and this cap was decided from them)
-    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
+    # earlier version read (v6 read 0-4 and this cap was decided from them); v8: seeds 10-14
+    # (v7's 5-9 were read by the decision to add the r* grid)
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS_2
+    # v8: r* against the width D (at V = 128) and the key count V/2 - 1 (at D = 64), reported
+    # beside the verdict (issue 25, item 3); the base point D = 64, V = 128 is the arms above
+    c.rank_grid = ((16, 128), (32, 128), (64, 32), (64, 256))
+    c.reported_step_cap = 3000  # the rank grid's arms: 1,500 steps, grown once at most
     sizes.full(
       c,
       total_steps=1500,
@@ -155,6 +166,7 @@ def get_config(size="quick"):
       confirm_at_selected=True,
       step_cap=12_000,
       **protocol.DOUBLING,
+      **protocol.ONE_EXPLORATORY,  # v8: one exploratory seed selects (v7: 100 and 101)
     )
   elif size == "accel":
     c.d_model, c.num_heads, c.ranks = 256, 4, (2, 8, 32, 64, 256)
@@ -170,26 +182,50 @@ def quarter(config):
 
 
 def check(config):
-  """Raises ValueError naming `ranks` when the claim cannot be read from the grid."""
+  """Raises ValueError naming `ranks` or `rank_grid` when the claim or r* cannot be read."""
   ranks = tuple(config.ranks)
   if quarter(config) not in ranks:
     raise ValueError(f"ranks={ranks}: must include D // 4 = {quarter(config)}")
   if min(ranks) >= quarter(config):
     raise ValueError(f"ranks={ranks}: needs a rank below D // 4 (the front has nothing cheaper)")
+  for d, v in rank_grid(config):
+    if d < 8 or d % 4 or v < 2 * config.num_kv_pairs + 2 or v % 2:
+      raise ValueError(
+        f"rank_grid: (D={d}, V={v}) needs D >= 8 a multiple of 4 and an even V with at least "
+        f"K = {config.num_kv_pairs} keys (V/2 - 1 of them)"
+      )
+    if (d, v) == (config.d_model, config.vocab_size):
+      raise ValueError(f"rank_grid: (D={d}, V={v}) is the base point, trained by the arms")
 
 
 def setting(config):
   return f"V={config.vocab_size} K={config.num_kv_pairs} L={config.seq_len}"
 
 
+def rank_grid(config):
+  """The reported (D, V) points of r* (none at quick)."""
+  return tuple(tuple(point) for point in config.get("rank_grid", ()))
+
+
+def grid_setting(config, d, v):
+  return f"D={d} V={v} K={config.num_kv_pairs} L={config.seq_len}"
+
+
+def grid_ranks(d):
+  """The low ranks trained at a reported point of width d: 2, 4 and d/4."""
+  return tuple(sorted({2, 4, d // 4}))
+
+
 def model_name(rank=None):
   return "bilinear" if rank is None else f"r={rank}"
 
 
-def models(config):
-  """name -> scorer fields: bilinear (full rank), then low rank at each r."""
+def models(config, ranks=None):
+  """name -> scorer fields: bilinear (full rank), then low rank at each r of `ranks` (None:
+  the config's)."""
   out = {"bilinear": {"interaction": "bilinear"}}
-  return out | {model_name(r): {"interaction": "lowrank", "rank": r} for r in config.ranks}
+  ranks = config.ranks if ranks is None else ranks
+  return out | {model_name(r): {"interaction": "lowrank", "rank": r} for r in ranks}
 
 
 def model_overrides(config, scorer):
@@ -199,10 +235,25 @@ def model_overrides(config, scorer):
 def arms(config):
   check(config)
   task = harness.mqar_task(config)
-  return [
+  out = [
     protocol.Arm(name, setting(config), "softmax", task, model_overrides(config, scorer))
     for name, scorer in models(config).items()
   ]
+  for d, v in rank_grid(config):
+    task = harness.mqar_task(config, vocab_size=v)
+    for name, scorer in models(config, grid_ranks(d)).items():
+      fields = model_overrides(config, scorer) | {"d_model": d, "vocab_size": v}
+      out.append(
+        protocol.Arm(
+          name,
+          grid_setting(config, d, v),
+          "softmax",
+          task,
+          fields,
+          step_cap=config.get("reported_step_cap"),
+        )
+      )
+  return out
 
 
 # --- the ledger ---------------------------------------------------------------------------
@@ -400,17 +451,20 @@ def criteria(metrics, config):
   return [_within(metrics, config, quarter(config)), *front]
 
 
-def smallest_equivalent_rank(adjusted, config):
+def smallest_equivalent_rank(adjusted, config, key=None, ranks=None):
   """(r*, {rank name: the "within +-WITHIN of full rank" criterion}): r* is the smallest rank
-  of the grid whose test is SUPPORTED (None if none is)."""
-  tests = {model_name(r): _within({"adjusted": adjusted}, config, r) for r in sorted(config.ranks)}
-  held = [r for r in sorted(config.ranks) if tests[model_name(r)].verdict == report.SUPPORTED]
+  of `ranks` (None: the config's) whose test at setting `key` (None: the base) is SUPPORTED
+  (None if none is)."""
+  ranks = sorted(config.ranks if ranks is None else ranks)
+  tests = {model_name(r): _within({"adjusted": adjusted}, config, r, key) for r in ranks}
+  held = [r for r in ranks if tests[model_name(r)].verdict == report.SUPPORTED]
   return (held[0] if held else None), tests
 
 
-def _within(metrics, config, rank):
-  """The "within WITHIN of full rank" criterion, read on the scorer of rank `rank`."""
-  key = setting(config)
+def _within(metrics, config, rank, key=None):
+  """The "within WITHIN of full rank" criterion, read on the scorer of rank `rank` at setting
+  `key` (None: the base setting, the one the verdict reads)."""
+  key = setting(config) if key is None else key
   adj = metrics["adjusted"]
   name = model_name(rank)
   return report.equivalent(
@@ -458,11 +512,9 @@ def measure(config, trained, workdir):
   }
   acc = trained.metrics()["adjusted"]
   r_star, tests = smallest_equivalent_rank(acc, config)
-  metrics["r_star"] = {
-    "rank": r_star,
-    "r_over_D": r_star / config.d_model if r_star else None,
-    "per_rank": {n: {"verdict": t.verdict, **t.values} for n, t in tests.items()},
-  }
+  metrics["r_star"] = _r_star_record(r_star, tests, config.d_model)
+  grid = r_star_grid(acc, config)
+  metrics["r_star_grid"] = grid
   table = [
     {
       "option (article: D=1000, H=20, r=200, 50 layers, 5000 tokens, bf16)": row["option"],
@@ -476,6 +528,15 @@ def measure(config, trained, workdir):
     for row in article
   ]
   plots = [_plot(config, key_bytes, acc, key, article, workdir)]
+  more = []
+  if grid:
+    plots.append(_plot_r_star(config, grid, workdir))
+    more.append(
+      (
+        f"r* against D and the key count (reported; K={config.num_kv_pairs}, L={config.seq_len})",
+        r_star_rows(grid),
+      )
+    )
   setup = (
     f"Trained: rung softmax (summed heads: values V_j x_i of D={config.d_model} per head in "
     f"every model), H={config.num_heads}, {config.num_layers} layers, pre-norm + final norm, "
@@ -486,8 +547,108 @@ def measure(config, trained, workdir):
     f"Ledger at the article's sizes (table): cheapest is {metrics['cheapest_article']}; x_i "
     "once per layer trades bytes for score and sum work over D instead of r per head. "
     + _r_star_text(r_star, tests, config)
+    + _grid_text(config)
   )
-  return protocol.Section(metrics=metrics, table=table, plots=plots, setup=setup)
+  return protocol.Section(metrics=metrics, table=table, plots=plots, setup=setup, more_tables=more)
+
+
+def _r_star_record(r_star, tests, d):
+  return {
+    "rank": r_star,
+    "r_over_D": r_star / d if r_star else None,
+    "per_rank": {n: {"verdict": t.verdict, **t.values} for n, t in tests.items()},
+  }
+
+
+def r_star_grid(adjusted, config):
+  """r* at the base point and at every reported (D, V) point of `rank_grid` (none: [])."""
+  if not rank_grid(config):
+    return []
+  points = [(config.d_model, config.vocab_size, setting(config), tuple(config.ranks))]
+  points += [(d, v, grid_setting(config, d, v), grid_ranks(d)) for d, v in rank_grid(config)]
+  out = []
+  for d, v, key, ranks in sorted(points):
+    r_star, tests = smallest_equivalent_rank(adjusted, config, key, ranks)
+    # where full rank does not learn, "as well as full rank" says nothing: no r* is read
+    learns = all(a >= CONTROL_LEARNS for a in adjusted["bilinear"][key])
+    means = {n: protocol.mean(adjusted[n][key]) for n in models(config, ranks)}
+    record = _r_star_record(r_star if learns else None, tests, d)
+    out.append(
+      {"D": d, "V": v, "setting": key, **record, "full_rank_learns": learns, "means": means}
+    )
+  return out
+
+
+def r_star_rows(grid):
+  return [
+    {
+      "D": p["D"],
+      "V": p["V"],
+      "keys (V/2 - 1)": p["V"] // 2 - 1,
+      "bits per key": math.log2(p["V"] // 2 - 1),
+      "r*": p["rank"] if p["rank"] else ("none" if p["full_rank_learns"] else "not read"),
+      f"full rank learns (>= {CONTROL_LEARNS}, every seed)": p["full_rank_learns"],
+      "r*/D": p["r_over_D"] if p["rank"] else math.nan,
+      "adjusted mean by scorer": ", ".join(f"{n} {m:.3f}" for n, m in p["means"].items()),
+      "within full rank (+-0.05)": ", ".join(
+        f"{n} {t['verdict']}" for n, t in p["per_rank"].items()
+      ),
+    }
+    for p in grid
+  ]
+
+
+def _plot_r_star(config, grid, workdir):
+  """r* against D at the base V, and against bits per key at the base D; D/5 and D/4 drawn."""
+  fig = harness.figure(cols=2)
+  left, right = fig.subplots(1, 2)
+  panels = (
+    (
+      left,
+      [p for p in grid if p["V"] == config.vocab_size],
+      "D",
+      f"width D (V={config.vocab_size})",
+    ),
+    (
+      right,
+      [p for p in grid if p["D"] == config.d_model],
+      "bits",
+      f"bits per key, log2(V/2 - 1) (D={config.d_model})",
+    ),
+  )
+  for ax, points, x_of, label in panels:
+    xs = [p["D"] if x_of == "D" else math.log2(p["V"] // 2 - 1) for p in points]
+    ys = [p["rank"] if p["rank"] else math.nan for p in points]
+    ax.plot(xs, ys, "o-", label="r* (smallest rank within +-0.05 of full rank)")
+    for x, p in zip(xs, points, strict=True):
+      if not p["rank"]:
+        ax.annotate("none" if p["full_rank_learns"] else "not read", (x, 1), fontsize=7)
+    if x_of == "D":
+      widths = sorted(xs)
+      ax.plot(widths, [w / 5 for w in widths], "--", color="gray", label="the article's D/5")
+      ax.set_xscale("log", base=2)
+    else:
+      ax.axhline(config.d_model / 5, color="gray", linestyle="--", label="the article's D/5")
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(0.8, max(p["D"] for p in grid) / 2)  # r = 1 .. D/2: "none" at 1 stays in view
+    ax.set(
+      xlabel=label, ylabel="r*", title="r* against " + ("D" if x_of == "D" else "bits per key")
+    )
+    ax.legend(loc="upper left", fontsize="small")
+  return harness.save(fig, workdir, f"{NAME}_r_star.png")
+
+
+def _grid_text(config):
+  if not rank_grid(config):
+    return ""
+  points = ", ".join(f"(D={d}, V={v})" for d, v in rank_grid(config))
+  cap = config.get("reported_step_cap") or config.step_cap
+  return (
+    f" r* is also read at {points}: bilinear and r in {{2, 4, D/4}} at each, the same task "
+    f"otherwise, reported arms (no criterion reads them; at most {cap} steps), so a point whose "
+    "rank 2 is within the margin reads r* <= 2; where full rank does not learn (adjusted "
+    f">= {CONTROL_LEARNS} on every seed) r* is not read."
+  )
 
 
 def _r_star_text(r_star, tests, config):

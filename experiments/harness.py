@@ -98,13 +98,15 @@ def text_task(corpus, seq_len, stride):
   return f"text:path={path},level=char,seq_len={seq_len},stride={stride}"
 
 
-def mqar_task(config, seq_len=None, num_kv_pairs=None):
+def mqar_task(config, seq_len=None, num_kv_pairs=None, vocab_size=None):
   """The MQAR spec of an experiment config (its vocab_size, seq_len, num_kv_pairs,
-  num_examples, num_test_examples and seed); a grid point passes its own seq_len or pairs."""
+  num_examples, num_test_examples and seed); a grid point passes its own seq_len, pairs or
+  vocabulary."""
   seq_len = config.seq_len if seq_len is None else seq_len
   num_kv_pairs = config.num_kv_pairs if num_kv_pairs is None else num_kv_pairs
+  vocab_size = config.vocab_size if vocab_size is None else vocab_size
   return (
-    f"mqar:vocab_size={config.vocab_size},seq_len={seq_len},num_kv_pairs={num_kv_pairs},"
+    f"mqar:vocab_size={vocab_size},seq_len={seq_len},num_kv_pairs={num_kv_pairs},"
     f"num_examples={config.num_examples},num_test_examples={config.num_test_examples},"
     f"seed={config.seed}"
   )

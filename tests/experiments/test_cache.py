@@ -150,6 +150,58 @@ def test_a_grid_that_cannot_read_the_claim_is_refused(ranks):
     cache.arms(config)
 
 
+@pytest.mark.parametrize("point", [(6, 128), (16, 7), (16, 8), (64, 64)])
+def test_a_rank_grid_point_that_cannot_be_read_is_refused(point):
+  config = _config()  # quick: D = 64, V = 64, K = 4
+  config.rank_grid = (point,)
+  with pytest.raises(ValueError, match="rank_grid"):
+    cache.arms(config)
+
+
+def test_full_trains_the_rank_grid_as_capped_reported_arms():
+  config = cache.get_config("full")
+  base = cache.setting(config)
+  by_setting = {}
+  for arm in cache.arms(config):
+    by_setting.setdefault(arm.setting, []).append(arm)
+  assert [a.model for a in by_setting.pop(base)] == list(cache.models(config))
+  assert {a.step_cap for a in cache.arms(config) if a.setting == base} == {None}
+  assert len(by_setting) == len(config.rank_grid) == 4
+  for d, v in config.rank_grid:
+    arms = by_setting[cache.grid_setting(config, d, v)]
+    assert [a.model for a in arms] == ["bilinear"] + [f"r={r}" for r in sorted({2, 4, d // 4})]
+    assert {(a.fields["d_model"], a.fields["vocab_size"]) for a in arms} == {(d, v)}
+    assert {a.step_cap for a in arms} == {config.reported_step_cap}
+    assert all(f"vocab_size={v}," in a.task for a in arms)
+  assert "rank_grid" not in cache.get_config("quick")
+
+
+def test_r_star_is_read_at_every_point_of_the_grid():
+  config = _config()  # base: D = 64, V = 64, ranks 1, 4, 16
+  config.rank_grid = ((16, 64), (64, 128))
+  small, large = (cache.grid_setting(config, d, v) for d, v in config.rank_grid)
+  planted = {  # adjusted accuracy per (setting, model), the same on every seed
+    cache.setting(config): CLAIM,  # r* = 16 (r = 4 is 0.1 below full rank)
+    small: {"bilinear": 1.0, "r=2": 0.5, "r=4": 0.99},  # r* = 4 = D/4
+    large: {"bilinear": 0.99, "r=2": 0.99, "r=4": 0.99, "r=16": 0.99},  # r* = 2
+  }
+  adjusted = {}
+  for key, accs in planted.items():
+    for name, a in accs.items():
+      adjusted.setdefault(name, {})[key] = [a] * SEEDS
+  grid = cache.r_star_grid(adjusted, config)
+  assert [(p["D"], p["V"], p["rank"]) for p in grid] == [(16, 64, 4), (64, 64, 16), (64, 128, 2)]
+  assert [p["r_over_D"] for p in grid] == [0.25, 0.25, 2 / 64]
+  rows = cache.r_star_rows(grid)
+  assert [row["keys (V/2 - 1)"] for row in rows] == [31, 31, 63]
+  assert rows[0]["within full rank (+-0.05)"] == "r=2 REFUTED, r=4 SUPPORTED"
+  assert [row["r*"] for row in rows] == [4, 16, 2]
+  assert cache.r_star_grid(adjusted, _config()) == []  # no grid: nothing reported
+  adjusted["bilinear"][small] = [0.5] * SEEDS  # full rank does not learn: r* is not read
+  assert [p["rank"] for p in cache.r_star_grid(adjusted, config)] == [None, 16, 2]
+  assert cache.r_star_rows(cache.r_star_grid(adjusted, config))[0]["r*"] == "not read"
+
+
 def test_article_arithmetic_from_the_decode_piece():
   art = cache.article_arithmetic()
   assert art["bilinear_key_bytes"] == 5000 * 50 * 20 * 1000 * 2 == 10 * cache.GB
@@ -216,14 +268,17 @@ def test_tiny_run_trains_every_scorer_over_seeds(tmp_path):
   result = protocol.run(cache, config, str(tmp_path), "tiny", log=lambda text: None)
   assert result.experiment == cache.NAME and result.verdict in report.VERDICTS
   names = list(cache.models(config))
-  assert [row["model"] for row in result.table] == names
-  assert len(result.runs) == len(names) * (
+  (d, v), base = config.rank_grid[0], cache.setting(config)
+  grid = list(cache.models(config, cache.grid_ranks(d)))
+  assert [row["model"] for row in result.table] == names + grid
+  assert len(result.runs) == len(names + grid) * (
     len(config.exploratory_seeds) + len(config.confirmatory_seeds)
   ) * len(config.learning_rates)
   assert len(result.controls) == 2 and len(result.criteria) == 2
   for name in names:
-    (values,) = result.metrics["accuracy"][name].values()
+    values = result.metrics["accuracy"][name][base]
     assert len(values) == len(config.confirmatory_seeds) and all(0.0 <= a <= 1.0 for a in values)
+  assert [(p["D"], p["V"]) for p in result.metrics["r_star_grid"]] == [(d, v), (16, v)]
   # Key bytes come from the real caches: bilinear H x D per token and layer, low rank H x r.
   heads = config.num_heads
   assert result.metrics["key_bytes"] == {
