@@ -91,6 +91,18 @@ def _rests_on(entry):
   return "; ".join(dict.fromkeys(out)) or "every criterion SUPPORTED"
 
 
+def _falsification(entry):
+  """What the falsification arm's criterion read: rejected (every reading REFUTED, as the
+  protocol asks), accepted (one SUPPORTED: the criterion cannot tell, INCONCLUSIVE),
+  unresolved, or none declared."""
+  verdicts = [c["verdict"] for c in entry.get("falsification", [])]
+  if not verdicts:
+    return "none declared"
+  if "SUPPORTED" in verdicts:
+    return "**accepted**"
+  return "rejected" if all(v == "REFUTED" for v in verdicts) else "unresolved"
+
+
 def rows(size, results=RESULTS, registry=None):
   """One row per experiment of run_all: its filed result at `size`, or what is missing."""
   registry = designs.load() if registry is None else registry
@@ -98,7 +110,7 @@ def rows(size, results=RESULTS, registry=None):
   for name in run_all.EXPERIMENTS:
     entry = load(name, size, results)
     if entry is None:
-      out.append(f"| `{name}` | not run at this size | | | | | | | |")
+      out.append(f"| `{name}` | not run at this size | | | | | | | | |")
       continue
     d = entry.get("design") or {}
     versions = registry.get(name, {})
@@ -115,8 +127,9 @@ def rows(size, results=RESULTS, registry=None):
       design += " (config varied)"
     seeds = f"{len(entry.get('seeds', []))} + {len(entry.get('exploratory_seeds', []))}"
     out.append(
-      f"| `{name}` | **{entry['verdict']}** | {design} | {entry.get('commit', '')} "
-      f"{entry.get('date', '')} | {seeds} | {_plateau(entry)} | {_rests_on(entry)} "
+      f"| `{name}` | **{entry['verdict']}** | {_falsification(entry)} | {design} | "
+      f"{entry.get('commit', '')} {entry.get('date', '')} | {seeds} | {_plateau(entry)} | "
+      f"{_rests_on(entry)} "
       f"| {entry.get('seconds', '')} | {entry.get('cpu_seconds', '')} |"
     )
   return out
@@ -124,9 +137,10 @@ def rows(size, results=RESULTS, registry=None):
 
 def table(size, results=RESULTS, registry=None):
   header = [
-    "| experiment | verdict | design | commit, date (UTC) | seeds: confirmatory + exploratory "
-    "| plateau (replicas finished) | what the verdict rests on | wall s | CPU s |",
-    "|---|---|---|---|---|---|---|---:|---:|",
+    "| experiment | verdict | falsification arm | design | commit, date (UTC) | seeds: "
+    "confirmatory + exploratory | plateau (replicas finished) | what the verdict rests on "
+    "| wall s | CPU s |",
+    "|---|---|---|---|---|---|---|---|---:|---:|",
   ]
   return "\n".join(header + rows(size, results, registry)) + "\n"
 

@@ -50,7 +50,8 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   row = next(line for line in text.splitlines() if line.startswith("| `skips`"))
   assert "**UNRESOLVED**" in row and "v1 `abababab`" in row and "3/4" in row
   assert "residual_learns: UNRESOLVED (n)" in row and "| 3 + 1 |" in row
-  assert "| `positions` | not run at this size | | | | | | |" in text
+  assert "| `positions` | not run at this size | | | | | | | | |" in text
+  assert "**UNRESOLVED** | rejected | v1" in row  # its falsification reading is REFUTED
   doc = tmp_path / "page.markdown"
   doc.write_text(text)
   assert tables.drifted([str(doc)], results, registry) == []
@@ -62,6 +63,24 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   assert "(the current design is v2)" in newer
   unchanged = {"skips": {"1": {"quick": "ab" * 32}, "2": {"quick": "ab" * 32, "full": "ef" * 32}}}
   assert "v1 `abababab` (= v2 at this size)" in tables.render(DOC, results, unchanged)
+
+
+@pytest.mark.parametrize(
+  "verdicts, reads",
+  [
+    ((), "none declared"),
+    (("REFUTED", "REFUTED"), "rejected"),
+    (("REFUTED", "UNRESOLVED"), "unresolved"),
+    (("UNRESOLVED", "SUPPORTED"), "**accepted**"),
+  ],
+)
+def test_the_table_says_what_the_falsification_arm_read(tmp_path, verdicts, reads):
+  falsification = [{"name": "f", "description": "d", "verdict": v} for v in verdicts]
+  results = str(tmp_path / "results")
+  _file(tmp_path, [_entry(falsification=falsification)])
+  text = tables.render(DOC, results, {"skips": {"1": {"quick": "ab" * 32}}})
+  row = next(line for line in text.splitlines() if line.startswith("| `skips`"))
+  assert row.split(" | ")[2] == reads
 
 
 def test_filing_refuses_an_entry_without_experiment_or_size(tmp_path):
