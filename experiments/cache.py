@@ -513,7 +513,7 @@ def measure(config, trained, workdir):
   acc = trained.metrics()["adjusted"]
   r_star, tests = smallest_equivalent_rank(acc, config)
   metrics["r_star"] = _r_star_record(r_star, tests, config.d_model)
-  grid = r_star_grid(acc, config)
+  grid = r_star_grid(acc, config, trained.metrics()["plateau"])
   metrics["r_star_grid"] = grid
   table = [
     {
@@ -560,8 +560,10 @@ def _r_star_record(r_star, tests, d):
   }
 
 
-def r_star_grid(adjusted, config):
-  """r* at the base point and at every reported (D, V) point of `rank_grid` (none: [])."""
+def r_star_grid(adjusted, config, plateau=None):
+  """r* at the base point and at every reported (D, V) point of `rank_grid` (none: []).
+  `plateau` (metrics' {model: {setting: status per seed}}) names, per point, the scorers
+  still learning at their cap: a reading of one of them may change with more steps."""
   if not rank_grid(config):
     return []
   points = [(config.d_model, config.vocab_size, setting(config), tuple(config.ranks))]
@@ -573,8 +575,14 @@ def r_star_grid(adjusted, config):
     learns = all(a >= CONTROL_LEARNS for a in adjusted["bilinear"][key])
     means = {n: protocol.mean(adjusted[n][key]) for n in models(config, ranks)}
     record = _r_star_record(r_star if learns else None, tests, d)
+    learning = {}
+    for n in means:
+      status = (plateau or {}).get(n, {}).get(key, [])
+      if any(x not in protocol.FINISHED for x in status):
+        learning[n] = f"{sum(x not in protocol.FINISHED for x in status)} of {len(status)}"
     out.append(
       {"D": d, "V": v, "setting": key, **record, "full_rank_learns": learns, "means": means}
+      | {"still_learning": learning}
     )
   return out
 
@@ -593,6 +601,10 @@ def r_star_rows(grid):
       "within full rank (+-0.05)": ", ".join(
         f"{n} {t['verdict']}" for n, t in p["per_rank"].items()
       ),
+      "still learning at the cap (seeds)": ", ".join(
+        f"{n} {k}" for n, k in p.get("still_learning", {}).items()
+      )
+      or "none",
     }
     for p in grid
   ]

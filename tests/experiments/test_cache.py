@@ -196,6 +196,10 @@ def test_r_star_is_read_at_every_point_of_the_grid():
   assert [row["keys (V/2 - 1)"] for row in rows] == [31, 31, 63]
   assert rows[0]["within full rank (+-0.05)"] == "r=2 REFUTED, r=4 SUPPORTED"
   assert [row["r*"] for row in rows] == [4, 16, 2]
+  assert {row["still learning at the cap (seeds)"] for row in rows} == {"none"}
+  plateau = {"r=2": {small: ["flat", "learning", "learning"]}, "r=4": {small: ["target"] * 3}}
+  (row, *_) = cache.r_star_rows(cache.r_star_grid(adjusted, config, plateau))
+  assert row["still learning at the cap (seeds)"] == "r=2 2 of 3"
   assert cache.r_star_grid(adjusted, _config()) == []  # no grid: nothing reported
   adjusted["bilinear"][small] = [0.5] * SEEDS  # full rank does not learn: r* is not read
   assert [p["rank"] for p in cache.r_star_grid(adjusted, config)] == [None, 16, 2]
