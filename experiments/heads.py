@@ -36,8 +36,9 @@ several on translation; MQAR may hide that).
 Sizes: quick (`make run`): D=64, 2 layers, H r = 64 with H in {4, 16} (r = 16, 4) and summed
 heads at H = 4, MQAR V=64 L=16 K=4, 3+1 seeds at lr 3e-3, up to 250 steps. full (v9): H in
 {1, 4, 16} on MQAR V=256 L=32 K=8 (128 keys), 5+1 seeds x lr logspace(1e-3, 1e-2, 4) in two
-stages, 1,000 steps growing to 2,000 under a "wsd" schedule (a growing budget continues each
-sweep). v8's V = 64 did not separate the splits at full (every split recalled by 2,000 steps);
+stages, 1,000 steps growing under a "wsd" schedule (a growing budget continues each sweep) to
+at most 8,000 for the arms a criterion reads and 2,000 for the reported ones (v14), confirmatory
+seeds 10-14. v8's V = 64 did not separate the splits at full (every split recalled by 2,000 steps);
 the sizing run of v9 (exploratory seeds 100 and 101, lr 3e-3, 1,000 steps): 1 head of 64 at
 0.989 raw, 4 of 16 at 0.188, 16 of 4 at chance, summed heads 0.995. Measured numbers:
 docs/experiments.md.
