@@ -202,7 +202,7 @@ def get_config(size="quick"):
     c.step_cap, c.lr_cap = 1000, sizes.FULL_LR_CAP
     c.confirm_at_selected = True  # v3: two stages (protocol.confirms_at_selected)
     # v5: 10 timed runs per (kernel, L) (v4: 3): the sliding window's slope read 0.99 at v3
-    # and 1.6 at v4 from medians of 3, the same design on the same kind of machine
+    # and 1.6 at v4 from medians of 3, the same design on 2-core CPUs
     c.repeats = 10
   elif size == "accel":
     c.kernels = (*KERNELS, "dot_product", "block_sparse")
