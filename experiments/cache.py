@@ -189,7 +189,7 @@ def check(config):
   if min(ranks) >= quarter(config):
     raise ValueError(f"ranks={ranks}: needs a rank below D // 4 (the front has nothing cheaper)")
   for d, v in rank_grid(config):
-    if d < 8 or d % 4 or v < 2 * config.num_kv_pairs + 2 or v % 2:
+    if d < 8 or d % 4 or key_count(v) < config.num_kv_pairs or v % 2:
       raise ValueError(
         f"rank_grid: (D={d}, V={v}) needs D >= 8 a multiple of 4 and an even V with at least "
         f"K = {config.num_kv_pairs} keys (V/2 - 1 of them)"
@@ -209,6 +209,11 @@ def rank_grid(config):
 
 def grid_setting(config, d, v):
   return f"D={d} V={v} K={config.num_kv_pairs} L={config.seq_len}"
+
+
+def key_count(v):
+  """MQAR keys of a vocabulary of v ids: [1, v/2)."""
+  return v // 2 - 1
 
 
 def grid_ranks(d):
@@ -592,8 +597,8 @@ def r_star_rows(grid):
     {
       "D": p["D"],
       "V": p["V"],
-      "keys (V/2 - 1)": p["V"] // 2 - 1,
-      "bits per key": math.log2(p["V"] // 2 - 1),
+      "keys (V/2 - 1)": key_count(p["V"]),
+      "bits per key": math.log2(key_count(p["V"])),
       "r*": p["rank"] if p["rank"] else ("none" if p["full_rank_learns"] else "not read"),
       f"full rank learns (>= {CONTROL_LEARNS}, every seed)": p["full_rank_learns"],
       "r*/D": p["r_over_D"] if p["rank"] else math.nan,
@@ -611,7 +616,8 @@ def r_star_rows(grid):
 
 
 def _plot_r_star(config, grid, workdir):
-  """r* against D at the base V, and against bits per key at the base D; D/5 and D/4 drawn."""
+  """r* against D at the base V, and against bits per key at the base D; the article's D/5
+  drawn in both."""
   fig = harness.figure(cols=2)
   left, right = fig.subplots(1, 2)
   panels = (
@@ -624,12 +630,12 @@ def _plot_r_star(config, grid, workdir):
     (
       right,
       [p for p in grid if p["D"] == config.d_model],
-      "bits",
+      "bits per key",
       f"bits per key, log2(V/2 - 1) (D={config.d_model})",
     ),
   )
   for ax, points, x_of, label in panels:
-    xs = [p["D"] if x_of == "D" else math.log2(p["V"] // 2 - 1) for p in points]
+    xs = [p["D"] if x_of == "D" else math.log2(key_count(p["V"])) for p in points]
     ys = [p["rank"] if p["rank"] else math.nan for p in points]
     ax.plot(xs, ys, "o-", label="r* (smallest rank within +-0.05 of full rank)")
     for x, p in zip(xs, points, strict=True):
@@ -643,9 +649,7 @@ def _plot_r_star(config, grid, workdir):
       ax.axhline(config.d_model / 5, color="gray", linestyle="--", label="the article's D/5")
     ax.set_yscale("log", base=2)
     ax.set_ylim(0.8, max(p["D"] for p in grid) / 2)  # r = 1 .. D/2: "none" at 1 stays in view
-    ax.set(
-      xlabel=label, ylabel="r*", title="r* against " + ("D" if x_of == "D" else "bits per key")
-    )
+    ax.set(xlabel=label, ylabel="r*", title=f"r* against {x_of}")
     ax.legend(loc="upper left", fontsize="small")
   return harness.save(fig, workdir, f"{NAME}_r_star.png")
 
