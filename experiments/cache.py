@@ -39,8 +39,8 @@ criterion reads.
 Sizes: quick (`make run`): D=64, H=2, 2 layers, bilinear and r in {1, 16}, MQAR V=64 L=16
 K=4, 3+1 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
 a larger vocabulary), r in {1, 2, 4, 16}, 5+2 seeds x lr logspace(1e-3, 1e-2, 4), 1,500 steps growing x2
-to at most 12,000 (a plateau read by the doubling), one exploratory seed, confirmatory seeds
-10-14 (v8: seeds no cache decision saw); r* reported at (D, V) in {(16, 128), (32, 128), (64,
+to at most 12,000 under a "wsd" schedule (a grown budget continues; its plateau read by the
+doubling), one exploratory seed, confirmatory seeds 15-19 (v9: seeds no cache decision saw); r* reported at (D, V) in {(16, 128), (32, 128), (64,
 32), (64, 256)}, those arms capped at 3,000 steps.
 accel: D=256, r in {2, 8, 32, 64, 256}, MQAR V=1024 L=128 K=16. Measured numbers:
 docs/experiments.md.
@@ -78,11 +78,13 @@ CONTROL_LEARNS = 0.8  # bilinear adjusted accuracy >= this, every seed
 CONTROL_TRADE_OFF = 0.1  # bilinear - smallest rank (adjusted) >= this, every seed
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 8  # v4: the front is a Pareto test (a tie dominates); r* reported
+VERSION = 9  # v4: the front is a Pareto test (a tie dominates); r* reported
 # v5: full in two stages, the confirmatory seeds at the selected point only
 # v6: full's step cap 6,000 (r = 1 still learning at 3,000), a plateau read by the doubling
 # v7: full's step cap 12,000 (r = 1 still learning at 6,000) and fresh confirmatory seeds 5-9
 # v8: full reports r* against D and V (`rank_grid`), selects on one exploratory seed, seeds 10-14
+# v9: full under a "wsd" schedule (a growing budget continues), every replica read by the
+# doubling, fresh confirmatory seeds 15-19
 SPECS = (
   protocol.Spec(
     "bilinear_learns",
@@ -153,8 +155,9 @@ def get_config(size="quick"):
     # v6: a cap of 6,000 (was 3,000): r = 1 was still learning at 3,000 on 5 of 7 replicas;
     # v7: 12,000 (r = 1 still learning at 6,000 on 4 of 7), read on confirmatory seeds no
     # earlier version read (v6 read 0-4 and this cap was decided from them); v8: seeds 10-14
-    # (v7's 5-9 were read by the decision to add the r* grid)
-    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS_2
+    # (v7's 5-9 were read by the decision to add the r* grid); v9: seeds 15-19 (v8's 10-14
+    # were read by the decision to change the schedule)
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS_3
     # v8: r* against the width D (at V = 128) and the key count V/2 - 1 (at D = 64), reported
     # beside the verdict (issue 25, item 3); the base point D = 64, V = 128 is the arms above
     c.rank_grid = ((16, 128), (32, 128), (64, 32), (64, 256))
@@ -165,7 +168,11 @@ def get_config(size="quick"):
       eval_every=250,
       confirm_at_selected=True,
       step_cap=12_000,
-      **protocol.DOUBLING,
+      # v9: a growing budget continues each sweep instead of training again from step 0
+      # (v8: cosine; r = 1 trained 1,500 + 3,000 + 6,000 + 12,000 steps, 768 of its 1,926 s),
+      # and under "wsd" every replica of a grown budget is read by the doubling (v8: "doubling")
+      **protocol.WSD,
+      **protocol.DOUBLING_EVERY_REPLICA,
       **protocol.ONE_EXPLORATORY,  # v8: one exploratory seed selects (v7: 100 and 101)
     )
   elif size == "accel":

@@ -148,6 +148,8 @@ SEEDS = {
 FRESH_FULL_SEEDS = (5, 6, 7, 8, 9)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS
 FRESH_FULL_SEEDS_2 = (10, 11, 12, 13, 14)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_2
+FRESH_FULL_SEEDS_3 = (15, 16, 17, 18, 19)
 
 
 def set_seeds(c, size):
