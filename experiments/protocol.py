@@ -827,10 +827,24 @@ class Trained:
             + ("(2x)" if doubled[s] else "")
             for s in sorted(gains)
           ),
+          "validation s.e.": validation_noise(
+            r.config, r.rule.get("plateau_tolerance", PLATEAU_TOLERANCE)
+          ),
           "grid / budget changes": "; ".join(h["what"] for h in r.history) or "none",
         }
       )
     return rows
+
+
+def validation_noise(config, tolerance):
+  """The standard error of a validation accuracy of 0.5 on the training config's validation
+  half, its target count, and a warning where it exceeds half the plateau tolerance: there the
+  best of a flat replica's evaluations can rise by the tolerance by chance (a doubling read as
+  "learning"), and the selection's differences are noise of that size."""
+  targets = sweep.validation_targets(config.task, config.get("data_dir"))
+  se = 0.5 / math.sqrt(targets) if targets else math.inf
+  noisy = f"; above half the tolerance {tolerance:g}" if se > tolerance / 2 else ""
+  return f"{se:.4f} ({targets} targets{noisy})"
 
 
 def replicas(config, arm):

@@ -403,7 +403,12 @@ def section(result):
     lines += ([f"*{title}*", ""] if title else []) + [markdown_table(rows), ""]
   lines += [f"![{plot}]({plot})" for plot in result.plots]
   if result.plateau:
-    lines += ["", "**Plateau** (a criterion reading an arm still learning is UNRESOLVED):", ""]
+    lines += [
+      "",
+      "**Plateau** (a criterion reading an arm still learning is UNRESOLVED; validation s.e.: "
+      "the standard error of a validation accuracy of 0.5 on the arm's validation half):",
+      "",
+    ]
     lines += [markdown_table(result.plateau), ""]
   if result.controls:
     lines += ["", "**Controls** (if one fails, the verdict is INCONCLUSIVE):", ""]

@@ -598,6 +598,15 @@ def clear_compiled():
   _INITS.clear()
 
 
+@functools.lru_cache(maxsize=64)
+def validation_targets(task, data_dir=None):
+  """How many target positions (mask 1) the validation half of `task`'s held-out split holds:
+  what one validation accuracy counts (selection, early stop, the plateau reading). A
+  validation accuracy near p then has a standard error of sqrt(p (1 - p) / targets)."""
+  test_ds = data.in_memory(data.get_dataset(task, "test", data_dir), max_bytes=math.inf)
+  return int(np.count_nonzero(test_ds.source.arrays["mask"][: len(test_ds) // 2]))
+
+
 def _held_out(dataset, batch_size):
   """The held-out split in memory, cut in halves (validation, eval), each a list of batches
   padded to batch_size with mask 0 (static shapes: one eval program)."""

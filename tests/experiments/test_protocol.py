@@ -1,6 +1,9 @@
-"""protocol.ArmResult.fastest_steps_to: steps to an accuracy at each seed's fastest rate."""
+"""protocol.ArmResult.fastest_steps_to (steps to an accuracy at each seed's fastest rate) and
+protocol.validation_noise (the validation half's standard error beside the plateau reading)."""
 
 import math
+
+import ml_collections
 
 from experiments import protocol
 from jaxformer.train import sweep
@@ -49,3 +52,20 @@ def test_the_runs_records_recompute_the_fastest_steps():
       fewest[rec["seed"]] = min(hits + [fewest.get(rec["seed"], math.inf)])
   assert [fewest[seed] for seed in (0, 1)] == arm.fastest_steps_to(0.9)[:2] == [100.0, 300.0]
   assert fewest[2] == math.inf and math.isnan(arm.fastest_steps_to(0.9)[2])
+
+
+def test_validation_noise_counts_the_validation_halfs_targets_and_warns_when_noisy():
+  """32 held-out MQAR examples of 2 queries: a validation half of 16 x 2 targets, a standard
+  error at 0.5 of 0.5 / sqrt(32) = 0.088, above half of 0.02 (a flat replica can read as
+  learning); 8,192 of 8 queries: 4,096 x 8 targets, 0.5 / sqrt(32,768) = 0.0028, below it."""
+  small = ml_collections.ConfigDict(
+    {"task": "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2,num_examples=8,num_test_examples=32"}
+  )
+  assert sweep.validation_targets(small.task) == 32
+  assert protocol.validation_noise(small, 0.02) == (
+    "0.0884 (32 targets; above half the tolerance 0.02)"
+  )
+  large = ml_collections.ConfigDict(
+    {"task": "mqar:vocab_size=64,seq_len=32,num_kv_pairs=8,num_examples=8,num_test_examples=8192"}
+  )
+  assert protocol.validation_noise(large, 0.02) == "0.0028 (32768 targets)"
