@@ -40,8 +40,9 @@ Sizes: quick (`make run`): D=64, H=2, 2 layers, bilinear and r in {1, 16}, MQAR 
 K=4, 3+1 seeds at lr 3e-3, up to 400 steps (early stop at 0.99). full: V=128 L=32 K=8 (more pairs,
 a larger vocabulary), r in {1, 2, 4, 16}, 5+2 seeds x lr logspace(1e-3, 1e-2, 4), 1,500 steps growing x2
 to at most 12,000 under a "wsd" schedule (a grown budget continues; its plateau read by the
-doubling), one exploratory seed, confirmatory seeds 15-19 (v9: seeds no cache decision saw); r* reported at (D, V) in {(16, 128), (32, 128), (64,
-32), (64, 256)}, those arms capped at 3,000 steps.
+doubling), one exploratory seed, confirmatory seeds 15-19 (v9: seeds no cache decision saw);
+r* reported at (D, V) in {(16, 128), (32, 128), (64, 32), (64, 256)}, those arms capped at
+3,000 steps.
 accel: D=256, r in {2, 8, 32, 64, 256}, MQAR V=1024 L=128 K=16. Measured numbers:
 docs/experiments.md.
 """

@@ -843,7 +843,7 @@ def validation_noise(config, tolerance):
   "learning"), and the selection's differences are noise of that size."""
   targets = sweep.validation_targets(config.task, config.get("data_dir"))
   se = 0.5 / math.sqrt(targets) if targets else math.inf
-  noisy = f"; above half the tolerance {tolerance:g}" if se > tolerance / 2 else ""
+  noisy = f"; above {tolerance / 2:g}, half the plateau tolerance" if se > tolerance / 2 else ""
   return f"{se:.4f} ({targets} targets{noisy})"
 
 

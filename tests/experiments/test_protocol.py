@@ -63,7 +63,7 @@ def test_validation_noise_counts_the_validation_halfs_targets_and_warns_when_noi
   )
   assert sweep.validation_targets(small.task) == 32
   assert protocol.validation_noise(small, 0.02) == (
-    "0.0884 (32 targets; above half the tolerance 0.02)"
+    "0.0884 (32 targets; above 0.01, half the plateau tolerance)"
   )
   large = ml_collections.ConfigDict(
     {"task": "mqar:vocab_size=64,seq_len=32,num_kv_pairs=8,num_examples=8,num_test_examples=8192"}
