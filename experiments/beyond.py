@@ -76,9 +76,10 @@ RECALLS = 0.9  # accuracy counted as recall
 AT_CHANCE = 0.1  # chance-adjusted accuracy counted as chance
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 5  # v3: full in two stages, the confirmatory seeds at the selected point only;
+VERSION = 6  # v3: full in two stages, the confirmatory seeds at the selected point only;
 # v4: full's capacity part is fixed_memory v5's law (a walked grid on V = L = 32, K <= 8)
 # v5: full times each (kernel, L) 10 times (v4: 3), the median kept, as accel does
+# v6: full's capacity part is fixed_memory v6's law (its held-out split 4,096)
 SPECS = (
   protocol.Spec(
     "full_recalls",
