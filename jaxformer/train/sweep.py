@@ -250,8 +250,16 @@ def _replica_init(rng, hyper, *, config, model, batch_shape):
   return state
 
 
-def _sums(params, batch, *, model):
-  return step.eval_step(params, batch, model=model)
+def _sums(params, batch, needed, *, model):
+  """One replica's masked sums over the batch, or zeros where `needed` is False (a replica
+  whose run has ended, or one whose eval-half reading is not taken): a lax.cond, so one
+  replica at a time (a CPU's lax.map) such a replica costs nothing; under vmap both branches
+  run and the zeros are selected."""
+  sums = functools.partial(step.eval_step, model=model)
+  skipped = lambda params, batch: jax.tree.map(  # noqa: E731
+    jnp.zeros_like, jax.eval_shape(sums, params, batch)
+  )
+  return jax.lax.cond(needed, sums, skipped, params, batch)
 
 
 # XLA options of the program that runs once per sweep (init): LLVM's optimizations cost more
@@ -369,7 +377,7 @@ class Programs:
 
   init: object  # (keys_N, hyper_N) -> state_N
   train: object  # (state_N, batch_NBL, hyper_N, active_N) -> (state_N, loss_N, active_N)
-  evaluate: object  # (params_N, batch_BL) -> sums_N
+  evaluate: object  # (params_N, batch_BL, needed_N) -> sums_N (zeros where not needed)
   sharding: object  # the replica axis' NamedSharding, or None (one device)
   state: object  # the state's ShapeDtypeStructs, leaves [N, ...] (params: FlatParams groups)
   flat: object  # FlatParams: the groups <-> the model's params
@@ -528,7 +536,7 @@ def jitted(
     {
       "init": (init, (keys, hyper), options["init"]),
       "train_step": (train, (state, batch, hyper, active), options["train_step"]),
-      "eval_step": (evaluate, (state["params"], ev_batch), options["eval_step"]),
+      "eval_step": (evaluate, (state["params"], ev_batch, active), options["eval_step"]),
     },
   )
 
@@ -629,11 +637,12 @@ def _held_out(dataset, batch_size):
   return halves
 
 
-def _evaluate(evaluate, params, batches):
-  """(loss, accuracy) per replica over the batches: numpy [N] each."""
+def _evaluate(evaluate, params, batches, needed):
+  """(loss, accuracy) per replica over the batches: numpy [N] each; a replica not `needed`
+  (a device array [N] of bools) is skipped and reads 0."""
   totals = None
   for batch in batches:
-    sums = evaluate(params, batch)
+    sums = evaluate(params, batch, needed)
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   totals = jax.tree.map(np.asarray, totals)
   weight = np.maximum(totals["weight_sum"], 1.0)
@@ -834,12 +843,12 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
       for i in np.flatnonzero(diverged):
         active[i], stop_reason[i] = False, "diverged"
       # --- eval --------------------------------------------------------------------------------
-      val = _evaluate(evaluate, state["params"], validation)
+      val = _evaluate(evaluate, state["params"], validation, put(was_active))
       stops = active & (val[1] >= target) if target is not None else np.zeros(n, bool)
       # the eval half is read at a replica's last evaluation only (Run.final): it runs when
       # some replica's run ends here, and the other rows hold None for it
       ends = was_active & (diverged | stops | (s == config.total_steps))
-      ev = _evaluate(evaluate, state["params"], evaluation) if ends.any() else None
+      ev = _evaluate(evaluate, state["params"], evaluation, put(ends)) if ends.any() else None
       for i in np.flatnonzero(was_active):
         el, ea = (float(ev[0][i]), float(ev[1][i])) if ends[i] else (None, None)
         evals[i].append((s, float(val[0][i]), float(val[1][i]), el, ea))

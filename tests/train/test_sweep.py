@@ -331,6 +331,25 @@ def test_a_stopped_replica_is_skipped_on_a_cpu_and_keeps_its_state(three):
   assert list(np.asarray(some["step"]) - before["step"]) == [1, 0, 1]
 
 
+def test_an_evaluation_skips_the_replicas_it_does_not_need_on_a_cpu(three):
+  # the validation half reads the replicas still training, the eval half those whose run
+  # ends: a replica not needed is a branch not taken one at a time, and reads zeros
+  c = program.resolve(_config(), data.get_dataset(TASK, "train", None))
+  compiled, seconds = sweep.programs(c, 3, (8, 8), (8, 8))
+  assert seconds == 0.0  # `three` compiled it
+  assert "conditional" in compiled.evaluate.as_text()
+  keys = jax.vmap(jax.random.key)(np.arange(3, dtype=np.uint32))
+  hyper = {"learning_rate": np.full(3, 1e-2, np.float32), "weight_decay": np.zeros(3, np.float32)}
+  params = compiled.init(keys, hyper)["params"]
+  tokens = np.random.default_rng(0).integers(0, 16, (8, 8), dtype=np.int32)
+  batch = {"inputs": tokens, "targets": tokens, "mask": np.ones_like(tokens)}
+  every = jax.device_get(compiled.evaluate(params, batch, np.ones(3, bool)))
+  some = jax.device_get(compiled.evaluate(params, batch, np.array([True, False, True])))
+  for name in every:
+    np.testing.assert_array_equal(some[name][[0, 2]], every[name][[0, 2]])
+    assert some[name][1] == 0 and every[name][1] != 0
+
+
 def _same_runs(a, b):
   for x, y in zip(a.runs, b.runs, strict=True):
     assert (x.stop_reason, x.final_step) == (y.stop_reason, y.final_step)
