@@ -38,7 +38,8 @@ accelerator all of a device's replicas in one group where those programs fit hal
 memory, else groups of 3 (`grouped`; a caller may name its own, `replica_chunk`). A
 replica's step is a branch on its `active` flag: one at a time, a stopped replica's step is
 skipped (a sweep whose fast replicas stopped early pays only for the others); in a vmapped
-group it is a select, computed and discarded. `programs(config, n,
+group it is a select, computed and discarded. An evaluation is a branch the same way: the
+validation half runs the replicas still training, the eval half those whose run ends. `programs(config, n,
 ...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
 """
 
