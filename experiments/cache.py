@@ -591,8 +591,8 @@ def r_star_grid(adjusted, config, plateau=None):
     learning = {}
     for n in means:
       status = (plateau or {}).get(n, {}).get(key, [])
-      if any(x not in protocol.FINISHED for x in status):
-        learning[n] = f"{sum(x not in protocol.FINISHED for x in status)} of {len(status)}"
+      if still := sum(x not in protocol.FINISHED for x in status):
+        learning[n] = f"{still} of {len(status)}"
     out.append(
       {"D": d, "V": v, "setting": key, **record, "full_rank_learns": learns, "means": means}
       | {"still_learning": learning}

@@ -188,8 +188,8 @@ def get_config(size="quick"):
     # reads a replica at chance (0.07-0.09) with a standard error of about 0.025, above the
     # plateau tolerance (0.02): in v10 the best of its evaluations rose by chance at nearly
     # every doubling and two flat arms (stateless at chance, source_only near 0.2) grew to
-    # 24,000 steps. Half of 4,096 puts it at
-    # 0.006 (at 0.5: 0.011); MQAR's 4 queries an example put it at 0.0055 or below.
+    # 24,000 steps. Half of 4,096 puts it at 0.006 (at 0.5: 0.011); MQAR's 4 queries an
+    # example put it at 0.0055 or below.
     c.num_test_examples = 4096
     sizes.full(
       c,

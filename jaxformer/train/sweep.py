@@ -39,8 +39,9 @@ memory, else groups of 3 (`grouped`; a caller may name its own, `replica_chunk`)
 replica's step is a branch on its `active` flag: one at a time, a stopped replica's step is
 skipped (a sweep whose fast replicas stopped early pays only for the others); in a vmapped
 group it is a select, computed and discarded. An evaluation is a branch the same way: the
-validation half runs the replicas still training, the eval half those whose run ends. `programs(config, n,
-...)` builds the programs and times each compile (jaxformer/bench/sweep.py reports them).
+validation half runs the replicas still training, the eval half those whose run ends.
+`programs(config, n, ...)` builds the programs and times each compile
+(jaxformer/bench/sweep.py reports them).
 """
 
 import dataclasses
@@ -613,7 +614,13 @@ def validation_targets(task, data_dir=None):
   what one validation accuracy counts (selection, early stop, the plateau reading). A
   validation accuracy near p then has a standard error of sqrt(p (1 - p) / targets)."""
   test_ds = data.in_memory(data.get_dataset(task, "test", data_dir), max_bytes=math.inf)
-  return int(np.count_nonzero(test_ds.source.arrays["mask"][: len(test_ds) // 2]))
+  (lo, hi), _ = _halves(len(test_ds))
+  return int(np.count_nonzero(test_ds.source.arrays["mask"][lo:hi]))
+
+
+def _halves(n):
+  """The (start, stop) of the held-out split's validation and eval halves, by index."""
+  return (0, n // 2), (n // 2, n)
 
 
 def _held_out(dataset, batch_size):
@@ -626,7 +633,7 @@ def _held_out(dataset, batch_size):
   held = data.in_memory(dataset, max_bytes=math.inf).source.arrays
   arrays = {k: v.astype(np.int32) for k, v in held.items()}
   halves = []
-  for lo, hi in ((0, n // 2), (n // 2, n)):
+  for lo, hi in _halves(n):
     batches = []
     for start in range(lo, hi, batch_size):
       stop = min(start + batch_size, hi)
