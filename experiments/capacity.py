@@ -651,7 +651,7 @@ def recalls_everywhere(metrics, law, model, family, knob, name):
 
   keys = [setting(law, family, knob, k) for k in law.pairs]
   per_k = [metrics["adjusted"][model][key] for key in keys]
-  return report.every_seed(
+  criterion = report.every_seed(
     f"{model} ({family}, {FAMILIES[family].knob}={knob}) reaches {REACHES} adjusted at every "
     f"K in {list(law.pairs)} (per seed: its lowest)",
     [min(v) for v in zip(*per_k, strict=True)],
@@ -659,6 +659,14 @@ def recalls_everywhere(metrics, law, model, family, knob, name):
     name=name,
     reads=tuple((model, key) for key in keys),
   )
+  # v7 of fixed_memory and beyond: a K at which every seed fails refutes "every K" once that
+  # arm has plateaued, whatever the other K's arms would still learn
+  criterion.decided_by = tuple(
+    (model, key)
+    for key, values in zip(keys, per_k, strict=True)
+    if not any(reaches([v]) for v in values)
+  )
+  return criterion
 
 
 def controls(metrics, law):

@@ -150,6 +150,8 @@ FRESH_FULL_SEEDS = (5, 6, 7, 8, 9)
 FRESH_FULL_SEEDS_2 = (10, 11, 12, 13, 14)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS_2
 FRESH_FULL_SEEDS_3 = (15, 16, 17, 18, 19)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_3
+FRESH_FULL_SEEDS_4 = (20, 21, 22, 23, 24)
 
 
 def set_seeds(c, size):
@@ -1084,7 +1086,8 @@ def _judge(module, config, trained, workdir):
 
 def gate(criteria, trained, design=None):
   """Checks each criterion against the design (a registered name; `at_init` read as trained
-  minus untrained) and makes it UNRESOLVED when an arm it reads never plateaued."""
+  minus untrained) and makes it UNRESOLVED when an arm it reads never plateaued, unless one
+  arm of its `decided_by` plateaued (that finished reading decides it alone)."""
   for c in criteria:
     spec = design.spec(c.name) if design is not None else None
     if spec is not None and spec.at_init and "untrained" not in c.values:
@@ -1092,6 +1095,12 @@ def gate(criteria, trained, design=None):
         f"{design.experiment}: criterion {c.name!r} is registered at_init=True: it must be read "
         "as trained minus untrained (report.trained_minus_untrained)"
       )
+    finished = [f"{m} @ {s}" for m, s in c.decided_by if trained.get(m, s).plateaued()]
+    if finished:
+      learning = [f"{m} @ {s}" for m, s in c.reads if not trained.get(m, s).plateaued()]
+      if learning:
+        c.note = f"decided by {finished[0]}, which plateaued; still learning: {', '.join(learning)}"
+      continue
     reads = list(c.reads)
     if not reads and spec is not None:
       reads = [(r.arm.model, r.arm.setting) for r in trained.results if r.arm.model in spec.reads]

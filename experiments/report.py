@@ -40,7 +40,9 @@ class Criterion:
   `verdict == SUPPORTED`; setting it sets the verdict. `rule` says how numbers over seeds
   became one answer (empty: a single measurement). `name` is the criterion's name in its
   experiment's registered design (protocol.Spec); `reads` the (model, setting) arms it reads,
-  whose plateau the protocol checks."""
+  whose plateau the protocol checks; `decided_by` those of them any one of which decides the
+  verdict alone once it has plateaued (a claim for every arm, failed on every seed by one
+  arm: the gate does not wait on the others, whose training cannot undo it)."""
 
   def __init__(
     self,
@@ -53,6 +55,7 @@ class Criterion:
     name="",
     reads=(),
     note="",
+    decided_by=(),
   ):
     if verdict is None:
       verdict = SUPPORTED if passed else REFUTED
@@ -60,6 +63,7 @@ class Criterion:
       raise ValueError(f"verdict={verdict!r}: expected one of {VERDICTS[:3]}")
     self.description, self.values, self.rule = description, dict(values or {}), rule
     self.verdict, self.name, self.reads, self.note = verdict, name, tuple(reads), note
+    self.decided_by = tuple(decided_by)
 
   @property
   def passed(self):

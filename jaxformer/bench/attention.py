@@ -2,13 +2,16 @@
 
 Each measurement jits grad_{q,k,v} sum(attend(q, k, v) * g) (one forward and one backward
 pass, causal self-attention, L = M), reads the compiled memory (temp + argument + output
-bytes from `compiled.memory_analysis()`, see `jaxformer.bench.memory_bytes`) and times the
-median of `repeats` runs after a warm-up. An impl whose compiled memory exceeds
+bytes from `compiled.memory_analysis()`, see `jaxformer.bench.memory_bytes`) and times it
+in `repeats` rounds after a warm-up, each round running every (L, impl) once (interleaved: a
+drift of the machine's speed reaches every row of a round alike); the median over rounds is
+reported, and each round's time kept. An impl whose compiled memory exceeds
 `memory_fraction` of the machine's available memory is not run (status says so); the
 memory column still reports what it would have needed.
 """
 
 import functools
+import statistics
 import time
 
 import jax
@@ -22,7 +25,6 @@ from jaxformer.bench import (
   check_choice,
   check_positive,
   memory_bytes,
-  time_compiled,
 )
 from jaxformer.math.attention import IMPLEMENTATIONS, attend
 
@@ -59,9 +61,10 @@ def run(
   repeats=3,
   memory_fraction=0.6,
 ):
-  """One row per (L, impl): time_s (median fwd+bwd wall seconds), cpu_s (median process
-  CPU seconds), peak_bytes and its parts,
-  compile_s, status ('ok' or why not run), and time/memory relative to dense at that L."""
+  """One row per (L, impl): time_s (median fwd+bwd wall seconds over the rounds), cpu_s
+  (median process CPU seconds), times_s and cpu_times_s (per round), peak_bytes and its
+  parts, compile_s, status ('ok' or why not run), and time/memory relative to dense at that
+  L."""
   unknown = set(impls) - set(IMPLEMENTATIONS)
   if unknown:
     raise BenchError(
@@ -81,7 +84,7 @@ def run(
     raise BenchError(f"memory_fraction={memory_fraction!r}: expected a fraction in [0, 1]")
   available = available_memory_bytes()
   budget = None if available is None else memory_fraction * available
-  rows = []
+  rows, timed = [], []  # timed: (row, compiled, args) of those that run
   for L in lengths:
     args = _inputs(L, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype)
     for impl in impls:
@@ -108,12 +111,34 @@ def run(
           f"{memory_fraction:.0%} of {available / _GIB:.1f} GiB available"
         )
       else:
-        row["time_s"], row["times_s"], row["cpu_s"] = time_compiled(compiled, args, repeats)
         row["status"] = "ok"
+        timed.append((row, compiled, args))
       rows.append(row)
-      del compiled
+  _time_in_rounds(timed, repeats)
   _relative_to_dense(rows)
   return rows
+
+
+def _time_in_rounds(timed, repeats):
+  """Times each (row, compiled, args) once per round, `repeats` rounds after one warm-up
+  call each: a drift of the machine's speed during the run reaches every (L, impl) of a
+  round alike, so a ratio of two of them read within a round (a slope between two L) is
+  free of it. Sets time_s / cpu_s (medians over rounds) and times_s / cpu_times_s (per
+  round)."""
+  from jaxformer.train import metrics
+
+  for _, compiled, args in timed:
+    jax.block_until_ready(compiled(*args))
+  for row, _, _ in timed:
+    row["times_s"], row["cpu_times_s"] = [], []
+  for _ in range(repeats):
+    for row, compiled, args in timed:
+      once = metrics.time_calls(lambda c=compiled, a=args: c(*a), 1)
+      row["times_s"].append(once.wall[0])
+      row["cpu_times_s"].append(once.cpu[0])
+  for row, _, _ in timed:
+    row["time_s"] = statistics.median(row["times_s"])
+    row["cpu_s"] = statistics.median(row["cpu_times_s"])
 
 
 def _relative_to_dense(rows):

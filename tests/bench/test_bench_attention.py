@@ -20,6 +20,25 @@ def test_rows_have_time_memory_and_ratios():
   assert dense["time_vs_dense"] == 1.0
 
 
+def test_rows_are_timed_in_interleaved_rounds(monkeypatch):
+  """Round r times every row once, in order; a row keeps each round's time and reports the
+  median: a clock that drifts one tick per call gives the two rows alternate ticks."""
+  from jaxformer.train import metrics
+
+  ticks = iter(range(100))
+
+  def time_calls(fn, repeats, calls=1, warmup=False):
+    fn()
+    tick = float(next(ticks))
+    return metrics.Timings((tick,), (10 * tick,))
+
+  monkeypatch.setattr(metrics, "time_calls", time_calls)
+  dense, linear = attention.run(lengths=(32,), impls=("dense", "linear"), repeats=3)
+  assert (dense["times_s"], linear["times_s"]) == ([0.0, 2.0, 4.0], [1.0, 3.0, 5.0])
+  assert (dense["cpu_times_s"], linear["cpu_s"]) == ([0.0, 20.0, 40.0], 30.0)
+  assert (dense["time_s"], linear["time_s"]) == (2.0, 3.0)
+
+
 def test_over_budget_is_reported_not_run():
   (row,) = attention.run(lengths=(32,), impls=("dense",), memory_fraction=0.0, repeats=1)
   assert row["status"].startswith("skipped: needs") and "time_s" not in row

@@ -33,10 +33,15 @@ def _recall(name, distance, config):
 def _metrics(config, needle=None, mqar=None, dense_memory=2.0, dense_time=1.9, window_time=1.0):
   """Synthetic metrics where the claim holds; `needle(name, d)` overrides raw needle
   accuracies, `mqar(model, family, knob, K)` the capacity law's adjusted accuracies (the same
-  for every seed)."""
+  for every seed); a time slope is a list over timing rounds (a number: 4 rounds of it)."""
+  rounds = lambda slope: [slope] * 4 if isinstance(slope, float) else slope  # noqa: E731
   m = {
     "memory_slope": {"dense": dense_memory, "blockwise": 1.0, "sliding_window": 1.0, "linear": 1.0},
-    "cpu_time_slope": {"dense": dense_time, "blockwise": 1.7, "sliding_window": window_time},
+    "cpu_time_slope": {
+      "dense": rounds(dense_time),
+      "blockwise": rounds(1.7),
+      "sliding_window": rounds(window_time),
+    },
     "reach": {name: reach for name, (_, reach) in beyond.needle_models(config).items()},
     "time_over_dense": {"dense": 1.0, "blockwise": 0.5, "block_sparse": 1.2},
     "accuracy": {},
@@ -93,13 +98,34 @@ def test_the_memory_threshold_sides(slope, passes):
   assert _verdicts(config, _metrics(config, dense_memory=slope))[1] == [passes, *ALL[1:]]
 
 
+S, R, U = report.SUPPORTED, report.REFUTED, report.UNRESOLVED
+STRADDLES = [1.3, 1.1, 1.25, 1.15]  # mean 1.2, interval about [1.14, 1.26]
+
+
 @pytest.mark.parametrize(
-  "kwargs, passes", [({"dense_time": 1.5}, True), ({"dense_time": 1.49}, False),
-                     ({"window_time": 1.2}, True), ({"window_time": 1.21}, False)]
+  "kwargs, verdict",
+  [({"dense_time": 1.51}, S), ({"dense_time": 1.5}, R), ({"dense_time": 1.49}, R),
+   ({"dense_time": [x + 0.3 for x in STRADDLES]}, U),
+   ({"window_time": 1.19}, S), ({"window_time": 1.2}, R), ({"window_time": 1.21}, R),
+   ({"window_time": STRADDLES}, U),
+   ({"window_time": STRADDLES, "dense_time": 1.4}, R)]
 )  # fmt: skip
-def test_the_time_threshold_sides(kwargs, passes):
+def test_the_time_slopes_are_read_by_their_interval_over_rounds(kwargs, verdict):
+  """v7: each slope's mean over timing rounds, its bootstrap interval wholly on the claim's
+  side (a mean on the threshold fails it); an interval across it leaves it UNRESOLVED, unless
+  the other kernel's refutes it."""
   config = _config()
-  assert _verdicts(config, _metrics(config, **kwargs))[1] == [True, passes, *ALL[2:]]
+  (slopes,) = [
+    c for c in beyond.criteria(_metrics(config, **kwargs), config) if "CPU" in c.description
+  ]
+  straddles = "dense" if "dense_time" in kwargs else "sliding_window"
+  note = f"the interval straddles the threshold: {straddles}" if verdict == U else ""
+  assert (slopes.verdict, slopes.note) == (verdict, note)
+
+
+def test_round_slopes_read_each_round_between_the_two_largest_lengths():
+  per_round = [[9.0, 9.0], [1.0, 2.0], [4.0, 4.0]]  # L = 512, 1024, 2048
+  assert beyond.round_slopes([512, 1024, 2048], per_round) == pytest.approx([2.0, 1.0])
 
 
 @pytest.mark.parametrize("accuracy, passes", [(0.9, True), (0.89, False)])

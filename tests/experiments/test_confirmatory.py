@@ -320,6 +320,29 @@ def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fak
   assert holds.verdict == report.UNRESOLVED
   assert holds.note == "still learning at 800 steps: weak @ s"
   assert m["plateau"]["weak"]["s"] == ["learning"] * 4
+  # "every arm reaches 1.0" fails on every seed at the plateaued arm: the weak arm's further
+  # training cannot undo that, so the reading decided by it stands; decided by the arm still
+  # learning, it waits
+  decided = "decided by model @ s, which plateaued; still learning: weak @ s"
+  waits = "still learning at 800 steps: weak @ s"
+  for decided_by, verdict, note in [
+    ((("model", "s"),), report.REFUTED, decided),
+    ((), report.UNRESOLVED, waits),
+  ]:
+    pairs = zip(m["accuracy"]["model"]["s"], m["accuracy"]["weak"]["s"], strict=True)
+    lowest = [min(pair) for pair in pairs]
+    every = report.every_seed(
+      "both reach 1.0", lowest, lambda a: a >= 1.0, reads=[("model", "s"), ("weak", "s")]
+    )
+    every.decided_by = decided_by
+    assert every.verdict == report.REFUTED
+    protocol.gate([every], trained)
+    assert (every.verdict, every.note) == (verdict, note)
+  every = report.Criterion(
+    "x", False, reads=[("model", "s"), ("weak", "s")], decided_by=[("weak", "s")]
+  )
+  protocol.gate([every], trained)
+  assert every.verdict == report.UNRESOLVED
 
 
 def test_the_doubling_reading_sees_a_plateau_the_window_reads_as_the_decay(monkeypatch):

@@ -76,6 +76,14 @@ def test_the_claim_is_supported_with_its_controls_and_the_falsification_arm_refu
   assert found["lstm"]["needed_knob"] == {"2": 16, "4": 32, "8": 64}
   assert found["lstm"]["fit"]["slope"] == pytest.approx(1.0)  # the state doubles with K
   assert found["linear_attention"]["needed_knob"] == {"2": 8, "4": 16, "8": None}
+  # the falsification arm fails K = 4 and 8 on every seed: either arm, once plateaued, decides
+  # the reading alone; the attention claim, which holds, has no deciding arm
+  falsified = fixed_memory.falsification(metrics, config)[0]
+  arm, knob = capacity.FALSIFICATION_ARM, config.law.falsification[1]
+  assert falsified.decided_by == tuple(
+    (arm, capacity.setting(law, config.law.falsification[0], knob, k)) for k in (4, 8)
+  )
+  assert fixed_memory.criteria(metrics, config)[2].decided_by == ()
 
 
 def test_a_grid_that_saturates_every_model_supports_the_claim():
