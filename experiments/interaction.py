@@ -80,10 +80,11 @@ CHECK_TOLERANCE = 1e-5  # additive: share and receiver dependence are 0 up to th
 GRID_RANGE = 3.0  # the contour grid spans [-GRID_RANGE, GRID_RANGE]^2
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 5  # v2: the 4-point grid at full; the shares read as trained minus untrained
+VERSION = 6  # v2: the 4-point grid at full; the shares read as trained minus untrained
 # v3: full's step cap 6,000 (additive still learning at 3,000 on both exploratory seeds)
 # v4: full reads a grown budget's plateau by the doubling (protocol.DOUBLING)
 # v5: full's confirmatory seeds fresh (v4 re-read v3's seeds): a confirmation of v4
+# v6: full's held-out split 2,048 examples (v5: 256; the protocol's validation-noise audit)
 SPECS = (
   protocol.Spec(
     "additive_learns_where_answers_come_from",
@@ -173,6 +174,7 @@ def get_config(size="quick"):
     c.update(protocol.DOUBLING)  # v4: at 6,000 the window read a flat additive scorer as learning
     # v5: v4's rule was registered after its seeds' numbers were seen; confirmed on fresh ones
     c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
+    c.num_test_examples = sizes.FULL_HELD_OUT  # v6
   elif size == "accel":
     c.vocab_size, c.seq_len, c.num_kv_pairs, c.d_model = 256, 128, 16, 128
     sizes.accel(c, total_steps=8000, num_test_examples=1024, probe_batch=128)

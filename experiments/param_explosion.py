@@ -91,13 +91,14 @@ COST_TARGET = 0.9
 COST_MARGIN = 0.5
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 9  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D;
+VERSION = 10  # v2: the full grid of four rates; v3: the cost of reaching 0.9 over a grid of D;
 # v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep);
 # v5: full selects on one exploratory seed (protocol.ONE_EXPLORATORY); v6: quick's budget 500;
 # v7: full's step cap 3,200, a plateau read by the doubling (1 seed per arm learning at 1,600)
 # v8: the cost a reported table and a check, the falsification arm read by the margin
 # criterion; full's cap 6,400, every grown budget read by the doubling; v9: full's
 # confirmatory seeds fresh (v8 was decided after v7's run on the same seeds): a confirmation
+# v10: full's held-out split 2,048 examples (v9: 256; the protocol's validation-noise audit)
 SPECS = (
   protocol.Spec(
     "learns_where_answers_come_from",
@@ -186,6 +187,7 @@ def get_config(size="quick"):
     # (v7: the 57-head sum on seed 0 and full at D = 8 on seed 0 still learning at 3,200)
     # v9: v8 read the seeds whose numbers decided it; confirmed on fresh ones
     c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
+    c.num_test_examples = sizes.FULL_HELD_OUT  # v10
     sizes.full(
       c,
       total_steps=800,

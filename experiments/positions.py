@@ -65,11 +65,12 @@ INFORMED = 0.8  # control: none's raw accuracy >= this / c, every seed
 PROBE_EXAMPLES = 64
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 8  # v4: full in two stages, the confirmatory seeds at the selected point only
+VERSION = 9  # v4: full in two stages, the confirmatory seeds at the selected point only
 # v5: full's step cap 4,000 under a "wsd" schedule (none still learning at 2,000 on every replica)
 # v6: full reads the plateau by the doubling (protocol.DOUBLING); its step cap 8,000
 # v7: full's step cap 16,000 (3 of 56 replicas still learning at 8,000)
 # v8: full's confirmatory seeds fresh (v6 and v7 re-read v5's seeds): a confirmation of v7
+# v9: full's held-out split 2,048 examples (v8: 256; the protocol's validation-noise audit)
 SPECS = (
   protocol.Spec(
     "none_learns_which_tokens",
@@ -133,6 +134,7 @@ def get_config(size="quick"):
     # 1 of 7 replicas at c = 6 and 2 of 7 at c = 10)
     # v8: v6 and v7 re-read seeds whose numbers decided them; confirmed on fresh ones
     c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
+    c.num_test_examples = sizes.FULL_HELD_OUT  # v9
     sizes.full(
       c,
       total_steps=1000,

@@ -58,7 +58,7 @@ SPEED_AT = 0.9  # reported, not a criterion: steps to this raw validation accura
 # v2: no budget growth at quick (make run's 10 minutes); v3: the full grid of four rates;
 # v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep);
 # v5: full's cap 2,000 -> 4,000 and fresh confirmatory seeds (5-9)
-VERSION = 5
+VERSION = 6  # v6: full's held-out split 2,048 examples (v5: 256; the validation-noise audit)
 SPECS = (
   protocol.Spec(
     "shallow_no_skip_learns",
@@ -119,6 +119,7 @@ def get_config(size="quick"):
     # v5: confirmatory seeds no earlier version read (v4 read 0-4 and its cap was decided
     # from them)
     c.exploratory_seeds, c.confirmatory_seeds = (100, 101), protocol.FRESH_FULL_SEEDS
+    c.num_test_examples = sizes.FULL_HELD_OUT  # v6
     # v4: the confirmatory seeds at the selected point only, and a budget that grows 1,000 ->
     # 2,000 continues each sweep from step 800 (protocol.WSD); v5: the cap 4,000
     sizes.full(
