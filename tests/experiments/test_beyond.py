@@ -1,3 +1,4 @@
+import math
 import os
 
 import pytest
@@ -121,6 +122,11 @@ def test_the_time_slopes_are_read_by_their_interval_over_rounds(kwargs, verdict)
   straddles = "dense" if "dense_time" in kwargs else "sliding_window"
   note = f"the interval straddles the threshold: {straddles}" if verdict == U else ""
   assert (slopes.verdict, slopes.note) == (verdict, note)
+
+
+def test_a_kernel_the_benchmark_did_not_run_leaves_the_time_slopes_unresolved():
+  slopes = beyond.cpu_time({"dense": [], "sliding_window": [1.0] * 4})
+  assert slopes.verdict == report.UNRESOLVED and math.isnan(slopes.values["dense_time_slope"])
 
 
 def test_round_slopes_read_each_round_between_the_two_largest_lengths():
