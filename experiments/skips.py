@@ -58,7 +58,8 @@ SPEED_AT = 0.9  # reported, not a criterion: steps to this raw validation accura
 # v2: no budget growth at quick (make run's 10 minutes); v3: the full grid of four rates;
 # v4: full in two stages under a "wsd" schedule (a budget grows by continuing each sweep);
 # v5: full's cap 2,000 -> 4,000 and fresh confirmatory seeds (5-9)
-VERSION = 6  # v6: full's held-out split 2,048 examples (v5: 256; the validation-noise audit)
+# v6: full's held-out split 2,048 examples (v5: 256; the validation-noise audit)
+VERSION = 7  # v7: full's cap 4,000 -> 8,000 and fresh confirmatory seeds (10-14)
 SPECS = (
   protocol.Spec(
     "shallow_no_skip_learns",
@@ -117,15 +118,16 @@ def get_config(size="quick"):
   elif size == "full":
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
     # v5: confirmatory seeds no earlier version read (v4 read 0-4 and its cap was decided
-    # from them)
-    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), protocol.FRESH_FULL_SEEDS
+    # from them); v7: 10-14 (v6 read 5-9, and v7's cap was decided from them)
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), protocol.FRESH_FULL_SEEDS_2
     c.num_test_examples = sizes.FULL_HELD_OUT  # v6
     # v4: the confirmatory seeds at the selected point only, and a budget that grows 1,000 ->
-    # 2,000 continues each sweep from step 800 (protocol.WSD); v5: the cap 4,000
+    # 2,000 continues each sweep from step 800 (protocol.WSD); v5: the cap 4,000; v7: 8,000
+    # (v6: the 2-block no-skip stack still learning at 4,000 on seed 7)
     sizes.full(
       c,
       total_steps=1000,
-      step_cap=4000,
+      step_cap=8000,
       eval_every=100,
       warmup_steps=100,
       confirm_at_selected=True,
