@@ -324,11 +324,6 @@ def round_slopes(xs, per_round):
   return [last_slope(xs, pair) for pair in zip(per_round[-2], per_round[-1], strict=True)]
 
 
-def mean_or_nan(values):
-  """The mean of `values`; NaN for none (a kernel the benchmark did not run)."""
-  return float(np.mean(values)) if len(values) else float("nan")
-
-
 _COSTS = {}  # the benchmark's fields -> cost(config): measured once per process
 
 
@@ -390,7 +385,7 @@ def measure(config, trained, workdir):
       **{f"MiB L={n}": b / 2**20 for n, b in zip(m["L"], m["peak_bytes"], strict=True)},
       **{f"ms L={n}": 1e3 * t for n, t in zip(m["L"], m["time_s"], strict=True)},
       "memory slope": metrics["memory_slope"][k],
-      "CPU time slope": mean_or_nan(metrics["cpu_time_slope"][k]),
+      "CPU time slope": protocol.mean(metrics["cpu_time_slope"][k]),
       "its 95% interval": list(report.bootstrap_interval(metrics["cpu_time_slope"][k])),
     }
     for k, m in by_kernel.items()
@@ -500,7 +495,7 @@ def cpu_time(per_round):
   straddle = [k for k, c in parts.items() if c.verdict == report.UNRESOLVED]
   values = {}
   for k, rounds in per_round.items():
-    values[f"{k}_time_slope"] = mean_or_nan(rounds)
+    values[f"{k}_time_slope"] = protocol.mean(rounds)
     values[f"{k}_time_slope_ci95"] = list(report.bootstrap_interval(rounds))
   values |= {f"{k}_time_slope_per_round": list(per_round[k]) for k in parts}
   return report.Criterion(
