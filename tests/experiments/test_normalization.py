@@ -75,7 +75,8 @@ def test_the_arms_are_the_grid_the_claims_need():
     ("softmax", "LN=none L=64"),
   ]
   full = normalization.arms(normalization.get_config("full"))
-  assert len(full) == 2 * (3 + 3) + 3 * 3  # none and softmax at every L, the tau sweep
+  # per layer-norm setting none and softmax at both L (16, 128), then the tau sweep (3 x 3)
+  assert len(full) == 2 * (2 + 2) + 3 * 3
   taus = {a.model: a.fields["temperature"] for a in full if a.model.startswith("softmax r=")}
   assert taus["softmax r=8 tau=1sqrt(r)"] is None  # the rung's own default, sqrt(r)
   assert taus["softmax r=32 tau=4sqrt(r)"] == 4 * math.sqrt(32)
