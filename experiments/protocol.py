@@ -152,6 +152,8 @@ FRESH_FULL_SEEDS_2 = (10, 11, 12, 13, 14)
 FRESH_FULL_SEEDS_3 = (15, 16, 17, 18, 19)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS_3
 FRESH_FULL_SEEDS_4 = (20, 21, 22, 23, 24)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_4
+FRESH_FULL_SEEDS_5 = (25, 26, 27, 28, 29)
 
 
 def set_seeds(c, size):
