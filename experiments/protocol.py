@@ -221,7 +221,11 @@ class Spec:
   property tests (`test`: where), listed in the report as checks. reads: the models whose
   arms it reads (their plateau gates it; a criterion's own `reads` names arms exactly).
   at_init: it may already hold at initialisation, so it is read as trained minus untrained.
-  control: a fairness condition (failing: INCONCLUSIVE) rather than the claim."""
+  control: a fairness condition (failing: INCONCLUSIVE) rather than the claim.
+  learning_keeps: the verdict (SUPPORTED or REFUTED) that more training of the arms it reads
+  cannot reverse, for a bound on how well they do: "learns: adjusted >= T" keeps SUPPORTED
+  (a model still learning only rises), "does not learn: adjusted <= T" keeps REFUTED. Read
+  with that verdict, the gate does not wait on its arms' plateau (`gate`); empty: it waits."""
 
   name: str
   statement: str
@@ -232,8 +236,14 @@ class Spec:
   at_init: bool = False
   control: bool = False
   test: str = ""
+  learning_keeps: str = ""
 
   def __post_init__(self):
+    if self.learning_keeps not in ("", report.SUPPORTED, report.REFUTED):
+      raise ladder.ConfigError(
+        f"Spec {self.name!r}: learning_keeps={self.learning_keeps!r}: expected '', "
+        f"{report.SUPPORTED} or {report.REFUTED}"
+      )
     if self.tag not in TAGS:
       raise ladder.ConfigError(f"Spec {self.name!r}: tag={self.tag!r}: expected one of {TAGS}")
     if self.tag != "empirical" and not self.test:
@@ -275,8 +285,8 @@ class Design:
       "size": self.size,
       "exploratory_seeds": list(self.exploratory_seeds),
       "confirmatory_seeds": list(self.confirmatory_seeds),
-      "specs": [_canonical(dataclasses.asdict(s)) for s in self.specs],
-      "checks": [_canonical(dataclasses.asdict(s)) for s in self.checks],
+      "specs": [_spec_content(s) for s in self.specs],
+      "checks": [_spec_content(s) for s in self.checks],
       "falsification": [_canonical(dataclasses.asdict(f)) for f in self.falsification],
       "rule": _canonical(dict(self.rule)),
       "config": json.loads(self.config),
@@ -303,6 +313,19 @@ class Design:
       "hash": self.hash,
       "size": self.size,
     }
+
+
+# Spec fields added after designs were registered, at the value that leaves a spec as it was:
+# left out of the hash there, so the designs registered before them keep their hashes
+_SPEC_FIELDS_ADDED = {"learning_keeps": ""}
+
+
+def _spec_content(spec):
+  fields = dataclasses.asdict(spec)
+  for name, unset in _SPEC_FIELDS_ADDED.items():
+    if fields[name] == unset:
+      del fields[name]
+  return _canonical(fields)
 
 
 def _canonical(value):
@@ -1089,7 +1112,8 @@ def _judge(module, config, trained, workdir):
 def gate(criteria, trained, design=None):
   """Checks each criterion against the design (a registered name; `at_init` read as trained
   minus untrained) and makes it UNRESOLVED when an arm it reads never plateaued, unless one
-  arm of its `decided_by` plateaued (that finished reading decides it alone)."""
+  arm of its `decided_by` plateaued (that finished reading decides it alone) or its spec's
+  `learning_keeps` is the verdict it reads (more training cannot reverse it)."""
   for c in criteria:
     spec = design.spec(c.name) if design is not None else None
     if spec is not None and spec.at_init and "untrained" not in c.values:
@@ -1097,20 +1121,25 @@ def gate(criteria, trained, design=None):
         f"{design.experiment}: criterion {c.name!r} is registered at_init=True: it must be read "
         "as trained minus untrained (report.trained_minus_untrained)"
       )
-    finished = [f"{m} @ {s}" for m, s in c.decided_by if trained.get(m, s).plateaued()]
-    if finished:
-      learning = [f"{m} @ {s}" for m, s in c.reads if not trained.get(m, s).plateaued()]
-      if learning:
-        c.note = f"decided by {finished[0]}, which plateaued; still learning: {', '.join(learning)}"
-      continue
     reads = list(c.reads)
     if not reads and spec is not None:
       reads = [(r.arm.model, r.arm.setting) for r in trained.results if r.arm.model in spec.reads]
-    for model, setting in reads:
-      arm = trained.get(model, setting)
-      if not arm.plateaued():
-        c.unresolved(f"still learning at {arm._budget()} steps: {model} @ {setting}")
-        break
+    learning = [(m, s) for m, s in reads if not trained.get(m, s).plateaued()]
+    named = ", ".join(f"{m} @ {s}" for m, s in learning)
+    finished = [f"{m} @ {s}" for m, s in c.decided_by if trained.get(m, s).plateaued()]
+    if finished:
+      if learning:
+        c.note = f"decided by {finished[0]}, which plateaued; still learning: {named}"
+      continue
+    if spec is not None and spec.learning_keeps and c.verdict == spec.learning_keeps:
+      if learning:
+        c.note = f"{c.verdict} already, which more training cannot reverse; still learning: {named}"
+      continue
+    if learning:
+      model, setting = learning[0]
+      c.unresolved(
+        f"still learning at {trained.get(model, setting)._budget()} steps: {model} @ {setting}"
+      )
   return criteria
 
 

@@ -2,6 +2,7 @@
 budget growth, learning-rate grid extension, exploratory and confirmatory seeds, equivalence,
 trained minus untrained, the falsification arm (experiments/protocol.py, report.py)."""
 
+import dataclasses
 import json
 import math
 import os
@@ -115,6 +116,12 @@ def test_the_hash_covers_seeds_specs_falsification_and_rule_but_not_the_version(
   m = _module()
   m.FALSIFICATION = (protocol.Falsification("weak", "learns", "other", trained=False),)
   assert protocol.design(m, "quick").hash != base.hash
+  # a spec field added later hashes only where it is set, so older designs keep their hashes
+  assert "learning_keeps" not in protocol.design(m, "quick").content()["specs"][0]
+  m.SPECS = (dataclasses.replace(m.SPECS[0], learning_keeps=report.SUPPORTED),)
+  assert protocol.design(m, "quick").content()["specs"][0]["learning_keeps"] == report.SUPPORTED
+  with pytest.raises(ladder.ConfigError, match="learning_keeps='PASS'"):
+    protocol.Spec("x", "y", learning_keeps="PASS")
 
 
 @pytest.mark.parametrize(
@@ -343,6 +350,33 @@ def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fak
   )
   protocol.gate([every], trained)
   assert every.verdict == report.UNRESOLVED
+
+
+def test_a_bound_that_more_training_cannot_reverse_does_not_wait_on_the_plateau(fake_sweep):
+  """`learning_keeps`: a model still learning only rises, so "weak learns: >= 0" read as
+  SUPPORTED stands while it learns (a lower bound it already passed), and "weak stays at or
+  below 0" read as REFUTED stands (an upper bound it already crossed); read the other way, each
+  waits on the plateau, as without the field."""
+  config = _config(learning_rates=(3e-3,), total_steps=200, step_cap=800)
+  task = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2"
+  weak = protocol.Arm("weak", "s", "transformer", task, {"d_model": 8})
+  trained = protocol.Trained([protocol.train_arm(weak, config, log=lambda t: None)])
+  assert not trained.get("weak", "s").plateaued()
+  per_seed = trained.metrics()["accuracy"]["weak"]["s"]
+  kept = "{} already, which more training cannot reverse; still learning: weak @ s"
+  waits = "still learning at 800 steps: weak @ s"
+  for keeps, test, verdict, note in [
+    (report.SUPPORTED, lambda a: a >= 0.0, report.SUPPORTED, kept.format(report.SUPPORTED)),
+    (report.SUPPORTED, lambda a: a >= 2.0, report.UNRESOLVED, waits),
+    (report.REFUTED, lambda a: a <= 0.0, report.REFUTED, kept.format(report.REFUTED)),
+    (report.REFUTED, lambda a: a <= 2.0, report.UNRESOLVED, waits),
+    ("", lambda a: a >= 0.0, report.UNRESOLVED, waits),
+  ]:
+    spec = protocol.Spec("bound", "a bound", reads=("weak",), learning_keeps=keeps)
+    design = types.SimpleNamespace(experiment="demo", spec=lambda name, spec=spec: spec)
+    c = report.every_seed("a bound", per_seed, test, name="bound")
+    protocol.gate([c], trained, design)
+    assert (c.verdict, c.note) == (verdict, note)
 
 
 def test_the_doubling_reading_sees_a_plateau_the_window_reads_as_the_decay(monkeypatch):
