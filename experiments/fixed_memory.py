@@ -12,8 +12,9 @@ so only the mixer differs, and all train under the same budget rule:
   lstm              an LSTM cell of N units as the mixer (state 2N per layer)
   linear_attention  elu + 1 linear attention, one head of feature dimension r (state
                     r (r + 1) per layer: S and z)
-  elman             an Elman cell of N units (state N per layer), reported beside (full
-                    v5-v7 at N = 64, K = 2: not learning in 6,000 steps; since v8 not trained)
+  elman             an Elman cell of N units (state N per layer), reported beside (accel;
+                    full v5-v7 at N = 64, K = 2: not learning in 6,000 steps, so since v8
+                    full leaves it out)
   attention         softmax attention of width D (state 2 D L per layer: every key and value)
 
 Control (else INCONCLUSIVE): each judged fixed-state model learns the smallest K (its best
