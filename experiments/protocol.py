@@ -1124,22 +1124,19 @@ def gate(criteria, trained, design=None):
     reads = list(c.reads)
     if not reads and spec is not None:
       reads = [(r.arm.model, r.arm.setting) for r in trained.results if r.arm.model in spec.reads]
-    learning = [(m, s) for m, s in reads if not trained.get(m, s).plateaued()]
-    named = ", ".join(f"{m} @ {s}" for m, s in learning)
+    learning = [(m, s, arm) for m, s in reads if not (arm := trained.get(m, s)).plateaued()]
     finished = [f"{m} @ {s}" for m, s in c.decided_by if trained.get(m, s).plateaued()]
+    decided = ""
     if finished:
+      decided = f"decided by {finished[0]}, which plateaued"
+    elif spec is not None and spec.learning_keeps and c.verdict == spec.learning_keeps:
+      decided = f"{c.verdict} already, which more training cannot reverse"
+    if decided:
       if learning:
-        c.note = f"decided by {finished[0]}, which plateaued; still learning: {named}"
-      continue
-    if spec is not None and spec.learning_keeps and c.verdict == spec.learning_keeps:
-      if learning:
-        c.note = f"{c.verdict} already, which more training cannot reverse; still learning: {named}"
-      continue
-    if learning:
-      model, setting = learning[0]
-      c.unresolved(
-        f"still learning at {trained.get(model, setting)._budget()} steps: {model} @ {setting}"
-      )
+        c.note = f"{decided}; still learning: {', '.join(f'{m} @ {s}' for m, s, _ in learning)}"
+    elif learning:
+      model, setting, arm = learning[0]
+      c.unresolved(f"still learning at {arm._budget()} steps: {model} @ {setting}")
   return criteria
 
 
