@@ -40,7 +40,8 @@ when a design's content changes and its version does not (`python -m experiments
    selected (the confirmatory seeds never inform a decision); a point where any seed
    diverged is not eligible. When the selected rate is at an edge of a grid of >= 2 rates,
    the grid extends by one log step past it (each extension recorded), until the selected
-   rate is interior or the next rate would pass `lr_cap`;
+   rate is interior or the next rate would pass `lr_cap` (a step that passes it by less than
+   the grid's 3-figure rounding lands on the cap itself);
 3. plateau: a replica has finished learning when it reached its early-stop target, diverged,
    or its best validation accuracy over the last `plateau_window` of its budget improved on
    its best before by less than `plateau_tolerance`. While a replica at the selected point
@@ -880,18 +881,28 @@ def replicas(config, arm):
   return sweep.grid(explore + confirm, lrs, tuple(config.weight_decays))
 
 
+# A rate past the cap by less than this (relative) is the cap itself: the grid's rates are
+# rounded to 3 significant figures, so logspace(1e-3, 1e-2, 4) extended down three times lands
+# on 9.96e-5, not on the cap 1e-4 it spaces out to (issue 25 item 8; skips v7 stopped there).
+_CAP_ROUNDING = 0.01
+
+
 def _extension(lrs, selected_lr, cap):
   """The next rate past the grid's edge where `selected_lr` sits, or None (interior, a grid
-  of one rate, or past the cap)."""
+  of one rate, or past the cap; a rate within the grid's rounding of the cap is the cap)."""
   lrs = sorted(lrs)
   if len(lrs) < 2:
     return None
   if selected_lr == lrs[-1]:
     new = float(f"{lrs[-1] * lrs[-1] / lrs[-2]:.3g}")
-    return new if new <= cap[1] * (1 + 1e-9) else None
+    if new <= cap[1] * (1 + _CAP_ROUNDING) and lrs[-1] < cap[1]:
+      return min(new, float(cap[1]))
+    return None
   if selected_lr == lrs[0]:
     new = float(f"{lrs[0] * lrs[0] / lrs[1]:.3g}")
-    return new if new >= cap[0] * (1 - 1e-9) else None
+    if new >= cap[0] * (1 - _CAP_ROUNDING) and lrs[0] > cap[0]:
+      return max(new, float(cap[0]))
+    return None
   return None
 
 

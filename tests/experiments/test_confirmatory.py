@@ -12,7 +12,7 @@ import jax
 import ml_collections
 import pytest
 
-from experiments import designs, protocol, report
+from experiments import designs, protocol, report, sizes
 from jaxformer import ladder
 from jaxformer.train import optimizer, sweep
 
@@ -683,3 +683,19 @@ def test_a_module_names_its_next_arms_from_what_each_seed_set_shows(fake_sweep, 
   }
   # the duplicate trained once: model @ s2 took as many sweeps as model @ s
   assert len([w for w, _, _ in fake_sweep if w != 8]) == 2 * before[0] > 0
+
+
+def test_the_full_grid_extends_down_to_its_cap_and_no_further():
+  # The 3-significant-figure grid extended down three times lands on 9.96e-5: within its
+  # rounding of the cap 1e-4, so the cap itself is the next rate (issue 25 item 8), once.
+  lrs, cap = list(protocol.FULL_LEARNING_RATES), sizes.FULL_LR_CAP
+  added = []
+  while (new := protocol._extension(lrs, min(lrs), cap)) is not None:
+    added.append(new)
+    lrs.append(new)
+  assert added == [4.64e-4, 2.15e-4, 1e-4]
+  lrs = list(protocol.FULL_LEARNING_RATES)
+  assert protocol._extension(lrs, max(lrs), cap) == 0.0215
+  assert protocol._extension(lrs + [0.0215], 0.0215, cap) is None  # 0.0464: past 3e-2
+  assert protocol._extension([1e-3, 3e-3], 1e-3, (3.35e-4, 1)) == 3.35e-4  # 3.33e-4: 0.6% past
+  assert protocol._extension([1e-3, 3e-3], 1e-3, (3.5e-4, 1)) is None  # 3.33e-4: 5% past
