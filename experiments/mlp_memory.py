@@ -218,9 +218,7 @@ def get_config(size="quick"):
     # from 6,000 to 12,000 steps (flat under the doubling reading), and W2 leads by 0.046-0.054
     # nats/char at 12,000
     c.d_model, c.widths = 32, (32, 128)
-    # v11: confirmatory seeds 5-9 (v10 read 0-4, whose numbers decided this version), one
-    # exploratory seed (100) selects
-    c.exploratory_seeds = protocol.ONE_EXPLORATORY["exploratory_seeds"]
+    # v11: confirmatory seeds 5-9 (v10 read 0-4, whose numbers decided this version)
     c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS
     sizes.full(
       c,
@@ -233,6 +231,7 @@ def get_config(size="quick"):
       # read by the doubling (v10: cosine from step 0 at each budget, read by the window)
       **protocol.WSD,
       **protocol.DOUBLING_EVERY_REPLICA,
+      **protocol.ONE_EXPLORATORY,  # v11: one exploratory seed (100) selects (v10: 100 and 101)
     )
   elif size == "accel":
     c.seq_len, c.stride, c.d_model, c.num_heads, c.num_layers = 256, 64, 256, 4, 4
