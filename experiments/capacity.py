@@ -428,6 +428,21 @@ def everywhere(law):
   return out
 
 
+def pairs_of(law, model):
+  """The K at which an arm read at every K trains: the grid's, or for the falsification arm
+  `law.falsification_pairs` when the design names them (optional, absent in the designs
+  registered before it: every K). "Reaches at every K" is refuted by one K, so training it
+  at fewer K can only make the falsification arm harder to reject."""
+  if model == FALSIFICATION_ARM and law.get("falsification_pairs"):
+    chosen = tuple(law.falsification_pairs)
+    if not set(chosen) <= set(law.pairs):
+      raise ValueError(
+        f"falsification_pairs={list(chosen)}: each must be a K of pairs={list(law.pairs)}"
+      )
+    return chosen
+  return tuple(law.pairs)
+
+
 def setting(law, family, knob, pairs):
   fam = FAMILIES[family]
   return f"{fam.knob}={knob} K={pairs} L={law.seq_len}"
@@ -487,7 +502,7 @@ def arms(law):
   for family in (*law.claimed, *law.reported):
     out += [_arm(law, family, family, knob, k) for knob, k in trained_points(law, family)]
   for model, family, knob in everywhere(law):
-    out += [_arm(law, model, family, knob, k) for k in law.pairs]
+    out += [_arm(law, model, family, knob, k) for k in pairs_of(law, model)]
   return out
 
 
@@ -551,9 +566,12 @@ def _walk(points, knobs, pairs, name=str):
   return search(knobs, pairs, evaluate)
 
 
-def law_of(metrics, law, family):
+def law_of(metrics, law, family, infer=False):
   """The walk over the trained points of `family` (status LEFT_DESIGN when it needed one the
-  design does not train)."""
+  design does not train). `infer`: a point not trained is read as the walk's own premise
+  (`search`) reads it where a trained point at the same K decides it: failing below a
+  larger state that fails, reaching above a smaller one that reaches (for the corners, whose
+  walk may leave the points the real one trained); else it is missing, as without."""
   adjusted = metrics["adjusted"].get(family, {})
   points = {}
   for knob in law.knobs[family]:
@@ -561,7 +579,57 @@ def law_of(metrics, law, family):
       key = setting(law, family, knob, k)
       if key in adjusted:
         points[(knob, k)] = adjusted[key]
+  if infer:
+    num_seeds = min((len(v) for v in points.values()), default=0)
+    for knob in law.knobs[family]:
+      for k in law.pairs:
+        trained = {kn: reaches(v) for (kn, kk), v in points.items() if kk == k}
+        if (knob, k) in points or not trained:
+          continue
+        if any(kn > knob and not hit for kn, hit in trained.items()):
+          points[(knob, k)] = [0.0] * num_seeds
+        elif any(kn < knob and hit for kn, hit in trained.items()):
+          points[(knob, k)] = [1.0] * num_seeds
   return _walk(points, law.knobs[family], law.pairs, lambda p: setting(law, family, *p))
+
+
+def corners(metrics, law, family):
+  """{corner name: summary-like reading} of `family` at each corner of what more training can
+  do to its replicas still learning (protocol.Spec.learning_bounds): for each K at which a
+  point holds one, every such replica's adjusted accuracy is left where it is (a model still
+  learning only rises) or raised to 1 (perfect recall, the most any training can give); the
+  corner that leaves every K is the reading itself and is not repeated. {} when none of the
+  family's replicas in `metrics` is still learning. A reading is monotone in each K's
+  accuracies (a higher one can only lower S*(K)), so its verdict at the corners bounds it at
+  every completion in between."""
+  from experiments import protocol
+
+  adjusted = metrics["adjusted"].get(family, {})
+  plateau = metrics.get("plateau", {}).get(family, {})
+  at_k = {setting(law, family, kn, k): k for kn in law.knobs[family] for k in law.pairs}
+  learning = {
+    key: {i for i, status in enumerate(plateau.get(key, ())) if status not in protocol.FINISHED}
+    for key in adjusted
+    if key in at_k
+  }
+  ks = sorted({at_k[key] for key, rows in learning.items() if rows})
+  out = {}
+  for n in range(1, 2 ** len(ks)):
+    raised_k = [k for j, k in enumerate(ks) if n >> j & 1]
+    raised = dict(adjusted)
+    for key, rows in learning.items():
+      if at_k[key] in raised_k:
+        raised[key] = [1.0 if i in rows else v for i, v in enumerate(adjusted[key])]
+    found = law_of({"adjusted": {family: raised}}, law, family, infer=True)
+    floats = metrics["state_floats"][family]
+    state_of = lambda knob, k, f=floats: f[str(knob)]  # noqa: E731
+    out["K=" + ",".join(map(str, raised_k)) + " raised"] = {
+      "status": found.status,
+      "missing": found.missing,
+      "tried": found.tried,
+      "growth_share": growth_share(found, state_of),
+    }
+  return out
 
 
 def readings(metrics, law):
@@ -615,10 +683,12 @@ def _verdict_of_growth(reading):
   return report.UNRESOLVED, f"the seeds disagree: growth in {share:.1%} of resamples"
 
 
-def growth(reading, law, family):
+def growth(reading, law, family, bounds=None):
   """The claim on a fixed-state family: the grid saturates it (the largest state fails at
   some K) and its needed state grows with K over seed resamples (_verdict_of_growth); the
-  fitted log-log slope and its interval are reported beside. Not saturated: UNRESOLVED."""
+  fitted log-log slope and its interval are reported beside. Not saturated: UNRESOLVED.
+  `bounds`: corners(...) of the reading; when each gives the reading's verdict, the
+  criterion is `bounded` (protocol.Spec.learning_bounds decides whether the gate takes it)."""
   from experiments import report
 
   verdict, note = _verdict_of_growth(reading)
@@ -630,6 +700,15 @@ def growth(reading, law, family):
       "slope_ci95": reading["fit"]["interval"],
       "growth_share": reading["growth_share"],
     }
+  bounded = ""
+  if bounds:
+    at = {name: _verdict_of_growth(corner)[0] for name, corner in bounds.items()}
+    values["corners"] = at
+    if verdict != report.UNRESOLVED and all(v == verdict for v in at.values()):
+      bounded = (
+        f"{verdict} at each of the {len(at) + 1} corners of the replicas still learning "
+        "(each K's left where it is or raised to 1)"
+      )
   return report.Criterion(
     f"{family}: the largest state fails at some K, and the smallest decode state reaching "
     f"{REACHES} adjusted is larger at the largest K tried than at the smallest",
@@ -641,19 +720,21 @@ def growth(reading, law, family):
     name=f"{family}_grows",
     reads=reads_of(law, family, reading),
     note=note,
+    bounded=bounded,
   )
 
 
 def recalls_everywhere(metrics, law, model, family, knob, name):
   """Every seed's lowest adjusted accuracy over the K grid >= REACHES (the attention
-  criterion; computed the same way on the falsification arm)."""
+  criterion; computed the same way on the falsification arm, over the K it trains at)."""
   from experiments import report
 
-  keys = [setting(law, family, knob, k) for k in law.pairs]
+  pairs = pairs_of(law, model)
+  keys = [setting(law, family, knob, k) for k in pairs]
   per_k = [metrics["adjusted"][model][key] for key in keys]
   criterion = report.every_seed(
     f"{model} ({family}, {FAMILIES[family].knob}={knob}) reaches {REACHES} adjusted at every "
-    f"K in {list(law.pairs)} (per seed: its lowest)",
+    f"K in {list(pairs)} (per seed: its lowest)",
     [min(v) for v in zip(*per_k, strict=True)],
     lambda a: a >= REACHES,
     name=name,
@@ -709,7 +790,7 @@ def criteria(metrics, law):
   """Each claimed family's growth, then attention from a small width at every K."""
   found = readings(metrics, law)
   family, knob = law.attention
-  return [growth(found[f], law, f) for f in law.claimed] + [
+  return [growth(found[f], law, f, corners(metrics, law, f)) for f in law.claimed] + [
     recalls_everywhere(metrics, law, ATTENTION_ARM, family, knob, "attention_recalls")
   ]
 
@@ -737,7 +818,7 @@ def section(metrics, law, workdir, name):
   for model, family, knob in everywhere(law):
     row = {"model": f"{model} ({FAMILIES[family].knob}={knob})"}
     row["state"] = metrics["state_floats"][family][str(knob)]
-    for k in law.pairs:
+    for k in pairs_of(law, model):
       row[f"adjusted (K={k})"] = float(
         np.mean(metrics["adjusted"][model][setting(law, family, knob, k)])
       )
@@ -751,7 +832,9 @@ def section(metrics, law, workdir, name):
   for (model, family, knob), marker in zip(everywhere(law), "sx", strict=False):
     state = metrics["state_floats"][family][str(knob)]
     hit = [
-      k for k in law.pairs if reaches(metrics["adjusted"][model][setting(law, family, knob, k)])
+      k
+      for k in pairs_of(law, model)
+      if reaches(metrics["adjusted"][model][setting(law, family, knob, k)])
     ]
     ax.scatter(hit, [state] * len(hit), marker=marker, color="black",
                label=f"{model} ({FAMILIES[family].knob}={knob}): K it reaches")  # fmt: skip

@@ -23,8 +23,11 @@ Claim: (a) each judged fixed-state model's S*(K) grows with K: the log-log slope
 against K has a bootstrap 95% interval (over seeds) above 0, and the largest state fails at
 some K of the grid (else UNRESOLVED, "not saturated"); (b) attention at a small width
 reaches 0.9 adjusted at every K, every seed.
-Falsification arm: linear attention with a tiny feature dimension, trained at every K and
-judged by criterion (b); it must be REFUTED, else the verdict is INCONCLUSIVE.
+Falsification arm: linear attention with a tiny feature dimension, trained at every K (full:
+at the largest K) and judged by criterion (b); it must be REFUTED, else the verdict is
+INCONCLUSIVE. A growth claim read while replicas it reads still learn stands when it gives
+its verdict at every corner of what they can reach (each K's left where it is or raised to
+perfect recall; protocol.Spec.learning_bounds), else it waits on their plateau.
 Chance at K pairs is 1/K (a guess among the values in context).
 
   python -m experiments.fixed_memory --workdir runs/fixed_memory                 # quick
@@ -36,7 +39,7 @@ needs thousands of steps: full only); full: the LSTM N in {16, 64}, linear atten
 {4, 8}, attention, on V = L = 32, K in {2, 4, 8}, each fixed-state family training only the
 points its walk visits, 3,000 steps growing to 6,000 until plateau under a "wsd" schedule, lr
 logspace(1e-3, 1e-2, 4) in two stages (one exploratory seed at every rate), 4,096 held-out
-examples, confirmatory seeds 25-29 (v8); accel:
+examples, the falsification arm at K = 8 only, confirmatory seeds 30-34 (v10); accel:
 Zoology's Figure 2 scale (V = 8192, L = 256, D = 128). The design, its sizing runs and its
 expected cost: docs/experiments.md (design log).
 """
@@ -57,7 +60,7 @@ CLAIM = (
 
 
 # The registered design (experiments/protocol.py; the design log: docs/experiments.md).
-VERSION = 9  # v4: full in two stages, the confirmatory seeds at the selected point only;
+VERSION = 10  # v4: full in two stages, the confirmatory seeds at the selected point only;
 # v5: full walks its grid (only the points the walk visits train) on V = L = 32, K <= 8
 # v6: full's held-out split 4,096 (a validation half whose noise is below the plateau
 # tolerance), fresh confirmatory seeds 15-19
@@ -68,6 +71,9 @@ VERSION = 9  # v4: full in two stages, the confirmatory seeds at the selected po
 # exploratory seed, to fit its 30 minutes; fresh confirmatory seeds 25-29
 # v9 (before any v8 run): the "learns" controls and the attention claim, lower bounds on
 # accuracy, keep a SUPPORTED reading while an arm they read still learns (Spec.learning_keeps)
+# v10: the growth claims are read at the corners of what their replicas still learning can
+# reach (Spec.learning_bounds, capacity.corners); full trains the falsification arm at its
+# largest K only (law.falsification_pairs) and reads fresh confirmatory seeds 30-34
 _REACH = f"reaches {capacity.REACHES} adjusted (mean over seeds)"
 SPECS = (
   tuple(
@@ -89,6 +95,7 @@ SPECS = (
       "seed resamples",
       threshold=capacity.GROWTH_SHARE,
       reads=(family,),
+      learning_bounds=True,
     )
     for family in ("lstm", "linear_attention")
   )
@@ -154,8 +161,12 @@ def get_config(size="quick"):
     # 15-19 as v5's 0-4 were read by the decision to enlarge the held-out split)
     # v8: one exploratory seed selects (v7: 100 and 101; about 30% of the replicas) and seeds
     # 25-29 confirm (v7 read 20-24, whose timings decided this version)
+    # v10: the falsification arm at the largest K only (v9 trained it at every K: 132, 58
+    # and 48 s; every replica at K = 4 and 8 flat at chance): "reaches at every K" is refuted
+    # by one K, so fewer K can only make it harder to reject; seeds 30-34 (v9 read 25-29)
+    law.falsification_pairs = (max(law.pairs),)
     c.exploratory_seeds = protocol.ONE_EXPLORATORY["exploratory_seeds"]
-    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS_5
+    c.confirmatory_seeds = protocol.FRESH_FULL_SEEDS_6
     sizes.full(
       c,
       total_steps=3000,

@@ -155,6 +155,8 @@ FRESH_FULL_SEEDS_3 = (15, 16, 17, 18, 19)
 FRESH_FULL_SEEDS_4 = (20, 21, 22, 23, 24)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS_4
 FRESH_FULL_SEEDS_5 = (25, 26, 27, 28, 29)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_5
+FRESH_FULL_SEEDS_6 = (30, 31, 32, 33, 34)
 
 
 def set_seeds(c, size):
@@ -226,7 +228,12 @@ class Spec:
   learning_keeps: the verdict (SUPPORTED or REFUTED) that more training of the arms it reads
   cannot reverse, for a bound on how well they do: "learns: adjusted >= T" keeps SUPPORTED
   (a model still learning only rises), "does not learn: adjusted <= T" keeps REFUTED. Read
-  with that verdict, the gate does not wait on its arms' plateau (`gate`); empty: it waits."""
+  with that verdict, the gate does not wait on its arms' plateau (`gate`); empty: it waits.
+  learning_bounds: the criterion is also read at every corner of what more training can do to
+  the replicas it reads that are still learning (each one's adjusted accuracy left where it is,
+  since a model still learning only rises, or raised to 1, perfect recall; the criterion's
+  module computes the corners and sets `report.Criterion.bounded` when every corner gives its
+  verdict): the gate then does not wait on their plateau. False: it waits."""
 
   name: str
   statement: str
@@ -238,6 +245,7 @@ class Spec:
   control: bool = False
   test: str = ""
   learning_keeps: str = ""
+  learning_bounds: bool = False
 
   def __post_init__(self):
     if self.learning_keeps not in ("", report.SUPPORTED, report.REFUTED):
@@ -318,7 +326,7 @@ class Design:
 
 # Spec fields added after designs were registered, at the value that leaves a spec as it was:
 # left out of the hash there, so the designs registered before them keep their hashes
-_SPEC_FIELDS_ADDED = {"learning_keeps": ""}
+_SPEC_FIELDS_ADDED = {"learning_keeps": "", "learning_bounds": False}
 
 
 def _spec_content(spec):
@@ -1123,8 +1131,10 @@ def _judge(module, config, trained, workdir):
 def gate(criteria, trained, design=None):
   """Checks each criterion against the design (a registered name; `at_init` read as trained
   minus untrained) and makes it UNRESOLVED when an arm it reads never plateaued, unless one
-  arm of its `decided_by` plateaued (that finished reading decides it alone) or its spec's
-  `learning_keeps` is the verdict it reads (more training cannot reverse it)."""
+  arm of its `decided_by` plateaued (that finished reading decides it alone), its spec's
+  `learning_keeps` is the verdict it reads (more training cannot reverse it), or its spec
+  registers `learning_bounds` and the criterion is `bounded` (the same verdict at every
+  corner of what its replicas still learning can reach)."""
   for c in criteria:
     spec = design.spec(c.name) if design is not None else None
     if spec is not None and spec.at_init and "untrained" not in c.values:
@@ -1142,6 +1152,8 @@ def gate(criteria, trained, design=None):
       decided = f"decided by {finished[0]}, which plateaued"
     elif spec is not None and spec.learning_keeps and c.verdict == spec.learning_keeps:
       decided = f"{c.verdict} already, which more training cannot reverse"
+    elif spec is not None and spec.learning_bounds and c.bounded:
+      decided = c.bounded
     if decided:
       if learning:
         c.note = f"{decided}; still learning: {', '.join(f'{m} @ {s}' for m, s, _ in learning)}"

@@ -42,7 +42,9 @@ class Criterion:
   experiment's registered design (protocol.Spec); `reads` the (model, setting) arms it reads,
   whose plateau the protocol checks; `decided_by` those of them any one of which decides the
   verdict alone once it has plateaued (a claim for every arm, failed on every seed by one
-  arm: the gate does not wait on the others, whose training cannot undo it)."""
+  arm: the gate does not wait on the others, whose training cannot undo it); `bounded` a note
+  when the verdict is the same at every corner of what more training can do to the replicas it
+  reads that are still learning (protocol.Spec.learning_bounds; experiments/capacity.py)."""
 
   def __init__(
     self,
@@ -56,6 +58,7 @@ class Criterion:
     reads=(),
     note="",
     decided_by=(),
+    bounded="",
   ):
     if verdict is None:
       verdict = SUPPORTED if passed else REFUTED
@@ -63,7 +66,7 @@ class Criterion:
       raise ValueError(f"verdict={verdict!r}: expected one of {VERDICTS[:3]}")
     self.description, self.values, self.rule = description, dict(values or {}), rule
     self.verdict, self.name, self.reads, self.note = verdict, name, tuple(reads), note
-    self.decided_by = tuple(decided_by)
+    self.decided_by, self.bounded = tuple(decided_by), bounded
 
   @property
   def passed(self):

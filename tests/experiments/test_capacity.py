@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import capacity, harness
+from experiments import capacity, harness, report
 
 KNOBS = (4, 8, 16, 32)
 PAIRS = (2, 4, 8, 16)
@@ -208,3 +208,64 @@ def test_each_seed_set_walks_on_its_own_readings():
   law.walk = False  # the whole grid from the start, nothing next
   assert capacity.next_arms(law, [confirm, explore]) == []
   assert len([a for a in capacity.arms(law) if a.model == family]) == len(KNOBS) * len(PAIRS)
+
+
+def _bounded_growth(points, learning):
+  """The growth criterion of linear attention on a whole 2 x 2 grid (knobs 4, 8; K 2, 4):
+  `points[(knob, K)]` per-seed adjusted, `learning[(knob, K)]` the replicas still learning."""
+  law = capacity.default_law()
+  law.pairs, law.knobs = (2, 4), {"linear_attention": (4, 8)}
+  law.claimed, family = ("linear_attention",), "linear_attention"
+  at = lambda n, k: capacity.setting(law, family, n, k)  # noqa: E731
+  status = lambda p, v: ["learning" if i in learning.get(p, ()) else "flat" for i in range(len(v))]  # noqa: E731,E501
+  metrics = {
+    "adjusted": {family: {at(*p): v for p, v in points.items()}},
+    "plateau": {family: {at(*p): status(p, v) for p, v in points.items()}},
+    "state_floats": {family: {"4": 40, "8": 144}},
+  }
+  reading = capacity.readings(metrics, law)[family]
+  return capacity.growth(reading, law, family, capacity.corners(metrics, law, family))
+
+
+def test_a_growth_reading_is_bounded_when_no_replica_still_learning_could_change_it():
+  """The largest state fails at K = 4 even were its replica still learning to reach perfect
+  recall (a mean of 0.28, and 0.9 in no seed resample but all five draws of it), and a
+  replica still learning at K = 2 can only lower S*(2): SUPPORTED at all four corners, so the
+  criterion is bounded."""
+  ok = [1.0] * 5
+  points = {(4, 2): [1.0, 1.0, 0.5, 0.5, 1.0], (8, 2): ok, (4, 4): [0.1] * 5,
+            (8, 4): [0.1, 0.1, 0.1, 0.1, 0.2]}  # fmt: skip
+  c = _bounded_growth(points, {(8, 4): {4}, (4, 2): {2}})
+  assert c.verdict == report.SUPPORTED and "4 corners" in c.bounded
+  assert c.values["corners"] == {k: report.SUPPORTED for k in ("K=2 raised", "K=4 raised",
+                                                               "K=2,4 raised")}  # fmt: skip
+  # the same numbers, every replica finished: nothing to bound
+  finished = _bounded_growth(points, {})
+  assert finished.bounded == "" and "corners" not in finished.values
+
+
+def test_a_growth_reading_a_still_learning_replica_could_undo_is_not_bounded():
+  """Raised to 1, the replica still learning at (8, 4) lifts the largest state's mean to
+  0.9 at K = 4: that corner is not saturated, so the reading must wait on the plateau."""
+  ok = [1.0, 1.0, 1.0]
+  points = {(4, 2): ok, (8, 2): ok, (4, 4): [0.1] * 3, (8, 4): [0.8, 0.9, 0.5]}
+  c = _bounded_growth(points, {(8, 4): {2}})
+  assert c.verdict == report.SUPPORTED and c.bounded == ""
+  assert c.values["corners"] == {"K=4 raised": report.UNRESOLVED}
+
+
+def test_a_corner_reads_a_point_its_walk_did_not_train_by_the_walk_s_premise():
+  """Raised, knob 4 reaches K = 2, so the corner's walk asks for (4, 4), never trained: a
+  larger state failing at K = 4 (8) says it fails (the walk's premise), so the corner reads
+  the law saturated instead of leaving the design; with nothing trained at K = 4 it stays
+  missing."""
+  law = capacity.default_law()
+  law.pairs, law.knobs, family = (2, 4), {"linear_attention": (4, 8)}, "linear_attention"
+  at = lambda n, k: capacity.setting(law, family, n, k)  # noqa: E731
+  adjusted = {at(4, 2): [1.0], at(8, 2): [1.0], at(8, 4): [0.1]}
+  metrics = {"adjusted": {family: adjusted}}
+  assert capacity.law_of(metrics, law, family).status == capacity.LEFT_DESIGN
+  inferred = capacity.law_of(metrics, law, family, infer=True)
+  assert inferred.status == capacity.SATURATED and inferred.points[(4, 4)] == [0.0]
+  del adjusted[at(8, 4)]
+  assert capacity.law_of(metrics, law, family, infer=True).status == capacity.LEFT_DESIGN

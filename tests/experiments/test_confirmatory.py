@@ -120,6 +120,9 @@ def test_the_hash_covers_seeds_specs_falsification_and_rule_but_not_the_version(
   assert "learning_keeps" not in protocol.design(m, "quick").content()["specs"][0]
   m.SPECS = (dataclasses.replace(m.SPECS[0], learning_keeps=report.SUPPORTED),)
   assert protocol.design(m, "quick").content()["specs"][0]["learning_keeps"] == report.SUPPORTED
+  assert "learning_bounds" not in protocol.design(m, "quick").content()["specs"][0]
+  m.SPECS = (dataclasses.replace(m.SPECS[0], learning_bounds=True),)
+  assert protocol.design(m, "quick").content()["specs"][0]["learning_bounds"] is True
   with pytest.raises(ladder.ConfigError, match="learning_keeps='PASS'"):
     protocol.Spec("x", "y", learning_keeps="PASS")
 
@@ -375,6 +378,31 @@ def test_a_bound_that_more_training_cannot_reverse_does_not_wait_on_the_plateau(
     spec = protocol.Spec("bound", "a bound", reads=("weak",), learning_keeps=keeps)
     design = types.SimpleNamespace(experiment="demo", spec=lambda name, spec=spec: spec)
     c = report.every_seed("a bound", per_seed, test, name="bound")
+    protocol.gate([c], trained, design)
+    assert (c.verdict, c.note) == (verdict, note)
+
+
+def test_a_reading_bounded_at_its_corners_does_not_wait_when_its_spec_registers_it(
+  fake_sweep,
+):
+  """`learning_bounds`: a criterion its module read at every corner of what the replicas
+  still learning can reach, with one verdict (`Criterion.bounded`), stands while they learn,
+  but only where the spec registers it; unbounded, or unregistered, it waits."""
+  config = _config(learning_rates=(3e-3,), total_steps=200, step_cap=800)
+  task = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2"
+  weak = protocol.Arm("weak", "s", "transformer", task, {"d_model": 8})
+  trained = protocol.Trained([protocol.train_arm(weak, config, log=lambda t: None)])
+  assert not trained.get("weak", "s").plateaued()
+  waits = "still learning at 800 steps: weak @ s"
+  for registered, bounded, verdict, note in [
+    (True, "the same at every corner", report.SUPPORTED,
+     "the same at every corner; still learning: weak @ s"),
+    (True, "", report.UNRESOLVED, waits),
+    (False, "the same at every corner", report.UNRESOLVED, waits),
+  ]:  # fmt: skip
+    spec = protocol.Spec("bound", "a bound", reads=("weak",), learning_bounds=registered)
+    design = types.SimpleNamespace(experiment="demo", spec=lambda name, spec=spec: spec)
+    c = report.Criterion("a bound", True, name="bound", bounded=bounded)
     protocol.gate([c], trained, design)
     assert (c.verdict, c.note) == (verdict, note)
 

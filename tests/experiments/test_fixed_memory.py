@@ -204,7 +204,11 @@ def test_the_full_design_walks_from_each_family_s_first_point():
     ("lstm", capacity.setting(law, "lstm", 16, 2)),
     ("linear_attention", capacity.setting(law, "linear_attention", 4, 2)),
   }
-  assert len(fixed_memory.arms(config)) == len(first) + 2 * len(law.pairs)
+  # v10: the falsification arm at the largest K only, attention at every K
+  assert len(fixed_memory.arms(config)) == len(first) + len(law.pairs) + 1
+  assert [a.setting for a in fixed_memory.arms(config) if a.model == "falsification"] == [
+    capacity.setting(law, "linear_attention", 2, max(law.pairs))
+  ]
   # a family with declared points (v5-v7's Elman) is not walked: its points train as declared
   law.knobs["elman"], law.points, law.reported = (64,), {"elman": ((64, 2),)}, ("elman",)
   assert not capacity.walked(law, "elman")
@@ -214,3 +218,10 @@ def test_the_full_design_walks_from_each_family_s_first_point():
   # every point the walk may need fits the task: K <= V/2 - 1 and L >= 4 K
   for k in law.pairs:
     capacity.task(law, k)
+
+
+def test_falsification_pairs_must_be_ks_of_the_grid():
+  law = fixed_memory.get_config("full").law
+  law.falsification_pairs = (16,)
+  with pytest.raises(ValueError, match=r"falsification_pairs=\[16\]"):
+    capacity.arms(law)
