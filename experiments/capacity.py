@@ -599,9 +599,8 @@ def corners(metrics, law, family):
   point holds one, every such replica's adjusted accuracy is left where it is (a model still
   learning only rises) or raised to 1 (perfect recall, the most any training can give); the
   corner that leaves every K is the reading itself and is not repeated. {} when none of the
-  family's replicas in `metrics` is still learning. A reading is monotone in each K's
-  accuracies (a higher one can only lower S*(K)), so its verdict at the corners bounds it at
-  every completion in between."""
+  family's replicas in `metrics` is still learning. S*(K) is monotone in its K's accuracies
+  (a higher one can only lower it), so the corners hold each K's two extremes of it."""
   from experiments import protocol
 
   adjusted = metrics["adjusted"].get(family, {})

@@ -94,6 +94,19 @@ def test_the_arms_share_the_single_pre_norm_cell_with_the_widest_w2_model():
   assert cells[("split", "pre")] == "split skip, LN pre"
 
 
+def test_the_full_size_trains_the_fold_cells_its_criteria_read_and_refuses_fewer():
+  """v12: full leaves out the (single, none) cell, whose fold is an identity the tests prove;
+  a size that leaves out a cell the criteria or the probe read is refused, naming the field."""
+  config = mlp_memory.get_config("full")
+  names = {a.model for a in mlp_memory.arms(config)}
+  assert "single skip, LN none" not in names
+  assert {"split skip, LN none", "split skip, LN pre"} <= names
+  assert len(mlp_memory.fold_models(mlp_memory.get_config("quick"))) == 4  # quick: all four
+  config.fold_cells = (("single", "pre"), ("split", "none"))
+  with pytest.raises(ValueError, match="fold_cells="):
+    mlp_memory.arms(config)
+
+
 def test_a_model_that_does_not_learn_makes_it_inconclusive():
   assert _verdicts(_config(), adjusted=0.1)[0] == [False] * 5 + [True]
 
