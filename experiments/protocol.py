@@ -914,13 +914,14 @@ def _extension(lrs, selected_lr, cap):
   return None
 
 
-def train_arm(arm, config, log=print, store=None):
+def train_arm(arm, config, log=print, store=None, min_budget=None):
   """Trains one arm under the protocol's rule: select on the exploratory seeds, extend the
   learning-rate grid past an edge up to lr_cap, grow the budget up to step_cap until every
   replica at the selected point has finished learning. Returns an ArmResult.
 
   `store`: a directory of finished sweeps (jaxformer/train/sweep_store.py), so that a run
-  stopped part-way resumes at its first unfinished sweep."""
+  stopped part-way resumes at its first unfinished sweep. `min_budget`: the budget keeps
+  growing, within step_cap, until it reaches at least this (`common_budgets`)."""
   explore, confirm = seed_sets(config)
   two_stage = confirms_at_selected(config)
   seeds = explore if two_stage else explore + confirm  # the seeds of every grid point
@@ -1029,11 +1030,11 @@ def train_arm(arm, config, log=print, store=None):
       rule=rule,
       previous=previous,
     )
-    if selected is not None and not arm_result.plateaued() and budget < cap:
+    short = min_budget is not None and budget < min_budget
+    if selected is not None and (short or not arm_result.plateaued()) and budget < cap:
       grown = min(cap, int(round(budget * rule["plateau_growth"])))
-      history.append(
-        {"what": f"budget {budget} -> {grown} steps (still learning)", "budget": grown}
-      )
+      why = "still learning" if not arm_result.plateaued() else "its budget group's budget"
+      history.append({"what": f"budget {budget} -> {grown} steps ({why})", "budget": grown})
       shorter = [k for k in done if k[-1] == budget]
       runs_before = [
         x for res in {id(done[k]): done[k] for k in shorter}.values() for x in res.runs
@@ -1044,6 +1045,28 @@ def train_arm(arm, config, log=print, store=None):
       continue
     arm_result.seconds = time.perf_counter() - start
     return arm_result
+
+
+def common_budgets(trained, config, log=print, store=None):
+  """`trained` with the arms of each of `config.budget_groups` (optional, absent in the
+  designs registered before it: none) at one budget: each group's largest, every arm below
+  it grown to at least it, within its step_cap (train_arm's `min_budget`; with `store`, its
+  sweeps so far are read back and the growth continues them). A criterion that subtracts one arm's loss from another's
+  then compares models trained as long; each arm alone stops at its own plateau, read on
+  accuracy, which can leave loss still falling (mlp_memory v12)."""
+  results = list(trained.results)
+  for group in config.get("budget_groups") or ():
+    members = [i for i, r in enumerate(results) if r.arm.model in group]
+    missing = set(group) - {results[i].arm.model for i in members}
+    if missing:
+      raise ladder.ConfigError(f"budget_groups: {sorted(missing)} name no trained arm")
+    top = max(results[i]._budget() for i in members)
+    for i in members:
+      if results[i]._budget() < top:
+        arm = results[i].arm
+        log(f"    {arm.model} @ {arm.setting}: {results[i]._budget()} -> {top} steps, its group's")
+        results[i] = train_arm(arm, config, log, store, min_budget=top)
+  return Trained(results)
 
 
 def train(arms, config, log=print, store=None):
@@ -1201,6 +1224,7 @@ def run(module, config, workdir, size="", log=print):
     log(f"    next: {', '.join(f'{a.model} @ {a.setting}' for a in more)}")
     arms += more
     trained = Trained(trained.results + train(more, config, log, store=store).results)
+  trained = common_budgets(trained, config, log, store=store)
   view = trained.view(confirm)
   section, metrics, controls, criteria, falsif = _judge(module, config, view, workdir)
   for group in (controls, criteria, falsif):

@@ -355,6 +355,29 @@ def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fak
   assert every.verdict == report.UNRESOLVED
 
 
+def test_the_arms_of_a_budget_group_end_at_one_budget(fake_sweep):
+  """Alone, an arm that finishes early stops at its first budget while a weak one grows to
+  the cap; in one `budget_groups` group the early one grows to the weak one's budget (its
+  history says why), an arm outside the group keeps its own, and a group naming no trained
+  arm is refused."""
+  config = _config(learning_rates=(1e-2,), total_steps=200, step_cap=800)
+  task = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2"
+  fast = protocol.Arm("fast", "s", "transformer", task)
+  other = protocol.Arm("other", "s", "transformer", task)
+  weak = protocol.Arm("weak", "s", "transformer", task, {"d_model": 8})
+  quiet = lambda t: None  # noqa: E731
+  alone = protocol.train([fast, other, weak], config, log=quiet)
+  assert [r.budget for r in alone.results] == [200, 200, 800]
+  config.budget_groups = (("fast", "weak"),)
+  grouped = protocol.common_budgets(alone, config, log=quiet)
+  assert [r.budget for r in grouped.results] == [800, 200, 800]
+  assert any("budget group" in h["what"] for h in grouped.get("fast", "s").history)
+  assert grouped.get("fast", "s").plateaued()
+  config.budget_groups = (("fast", "nobody"),)
+  with pytest.raises(ladder.ConfigError, match=r"budget_groups: \['nobody'\]"):
+    protocol.common_budgets(alone, config, log=quiet)
+
+
 def test_a_bound_that_more_training_cannot_reverse_does_not_wait_on_the_plateau(fake_sweep):
   """`learning_keeps`: a model still learning only rises, so "weak learns: >= 0" read as
   SUPPORTED stands while it learns (a lower bound it already passed), and "weak stays at or
