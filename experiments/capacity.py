@@ -581,9 +581,9 @@ def law_of(metrics, law, family, infer=False):
         points[(knob, k)] = adjusted[key]
   if infer:
     num_seeds = min((len(v) for v in points.values()), default=0)
-    for knob in law.knobs[family]:
-      for k in law.pairs:
-        trained = {kn: reaches(v) for (kn, kk), v in points.items() if kk == k}
+    for k in law.pairs:
+      trained = {kn: reaches(v) for (kn, kk), v in points.items() if kk == k}
+      for knob in law.knobs[family]:
         if (knob, k) in points or not trained:
           continue
         if any(kn > knob and not hit for kn, hit in trained.items()):
@@ -591,6 +591,12 @@ def law_of(metrics, law, family, infer=False):
         elif any(kn < knob and hit for kn, hit in trained.items()):
           points[(knob, k)] = [1.0] * num_seeds
   return _walk(points, law.knobs[family], law.pairs, lambda p: setting(law, family, *p))
+
+
+def _state_of(metrics, family):
+  """state_of(knob, K): the state floats of `family` at `knob` (from metrics["state_floats"])."""
+  floats = metrics["state_floats"][family]
+  return lambda knob, k: floats[str(knob)]
 
 
 def corners(metrics, law, family):
@@ -612,6 +618,7 @@ def corners(metrics, law, family):
     if key in at_k
   }
   ks = sorted({at_k[key] for key, rows in learning.items() if rows})
+  state_of = _state_of(metrics, family)
   out = {}
   for n in range(1, 2 ** len(ks)):
     raised_k = [k for j, k in enumerate(ks) if n >> j & 1]
@@ -620,8 +627,6 @@ def corners(metrics, law, family):
       if at_k[key] in raised_k:
         raised[key] = [1.0 if i in rows else v for i, v in enumerate(adjusted[key])]
     found = law_of({"adjusted": {family: raised}}, law, family, infer=True)
-    floats = metrics["state_floats"][family]
-    state_of = lambda knob, k, f=floats: f[str(knob)]  # noqa: E731
     out["K=" + ",".join(map(str, raised_k)) + " raised"] = {
       "status": found.status,
       "missing": found.missing,
@@ -636,9 +641,7 @@ def readings(metrics, law):
   answers before the point it missed, and `missing`)."""
   out = {}
   for family in (*law.claimed, *law.reported):
-    found = law_of(metrics, law, family)
-    floats = metrics["state_floats"][family]
-    out[family] = summary(found, lambda knob, k, f=floats: f[str(knob)])
+    out[family] = summary(law_of(metrics, law, family), _state_of(metrics, family))
   return out
 
 

@@ -1030,10 +1030,11 @@ def train_arm(arm, config, log=print, store=None, min_budget=None):
       rule=rule,
       previous=previous,
     )
+    learning = not arm_result.plateaued()
     short = min_budget is not None and budget < min_budget
-    if selected is not None and (short or not arm_result.plateaued()) and budget < cap:
+    if selected is not None and (learning or short) and budget < cap:
       grown = min(cap, int(round(budget * rule["plateau_growth"])))
-      why = "still learning" if not arm_result.plateaued() else "its budget group's budget"
+      why = "still learning" if learning else "its budget group's budget"
       history.append({"what": f"budget {budget} -> {grown} steps ({why})", "budget": grown})
       shorter = [k for k in done if k[-1] == budget]
       runs_before = [
@@ -1051,9 +1052,9 @@ def common_budgets(trained, config, log=print, store=None):
   """`trained` with the arms of each of `config.budget_groups` (optional, absent in the
   designs registered before it: none) at one budget: each group's largest, every arm below
   it grown to at least it, within its step_cap (train_arm's `min_budget`; with `store`, its
-  sweeps so far are read back and the growth continues them). A criterion that subtracts one arm's loss from another's
-  then compares models trained as long; each arm alone stops at its own plateau, read on
-  accuracy, which can leave loss still falling (mlp_memory v12)."""
+  sweeps so far are read back and the growth continues them). A criterion that subtracts one
+  arm's loss from another's then compares models trained as long; each arm alone stops at its
+  own plateau, read on accuracy, which can leave loss still falling (mlp_memory v12)."""
   results = list(trained.results)
   for group in config.get("budget_groups") or ():
     members = [i for i, r in enumerate(results) if r.arm.model in group]

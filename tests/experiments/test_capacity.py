@@ -217,7 +217,10 @@ def _bounded_growth(points, learning):
   law.pairs, law.knobs = (2, 4), {"linear_attention": (4, 8)}
   law.claimed, family = ("linear_attention",), "linear_attention"
   at = lambda n, k: capacity.setting(law, family, n, k)  # noqa: E731
-  status = lambda p, v: ["learning" if i in learning.get(p, ()) else "flat" for i in range(len(v))]  # noqa: E731,E501
+
+  def status(point, values):
+    return ["learning" if i in learning.get(point, ()) else "flat" for i in range(len(values))]
+
   metrics = {
     "adjusted": {family: {at(*p): v for p, v in points.items()}},
     "plateau": {family: {at(*p): status(p, v) for p, v in points.items()}},
