@@ -1135,7 +1135,12 @@ def setup_text(config, trained):
       if rule.get("plateau_reading") == "doubling_every_replica"
       else ""
     )
-    + f"). Chance: {chance}."
+    + ")"
+    + "".join(
+      f"; {', '.join(group)} grown to one budget, the largest any of them reached"
+      for group in config.get("budget_groups") or ()
+    )
+    + f". Chance: {chance}."
   )
 
 
