@@ -733,7 +733,7 @@ def _plot(config, trained, fold, metrics, workdir):
   names = claim_models(config)
   loss = trained.metrics()["eval_loss"]
   protocol.spread(ax_loss, list(range(len(names))), [loss[n][SETTING] for n in names], "eval")
-  ax_loss.set_xticks(range(len(names)), names)
+  ax_loss.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
   ax_loss.set(ylabel="eval loss (nats / char; points: seeds)", title="W2 and width")
   cells = list(fold)
   for j, (kind, label) in enumerate((("mixer", "o C + c"), ("mixer_and_skip", "x A + o C + c"))):
