@@ -1067,6 +1067,7 @@ def common_budgets(trained, config, log=print, store=None):
         arm = results[i].arm
         log(f"    {arm.model} @ {arm.setting}: {results[i]._budget()} -> {top} steps, its group's")
         results[i] = train_arm(arm, config, log, store, min_budget=top)
+        _log_arm(results[i], "group", log)
   return Trained(results)
 
 
@@ -1074,21 +1075,26 @@ def train(arms, config, log=print, store=None):
   """Trains every arm (train_arm, with `store`); returns Trained."""
   results = []
   for i, arm in enumerate(arms, 1):
-    r = train_arm(arm, config, log, store)
-    results.append(r)
-    acc = r.per_seed("eval_accuracy")
-    diverged = sum(not x.finite for x in r.runs)
-    status = r.plateau()
-    log(
-      f"    [{i}/{len(arms)}] {arm.model} @ {arm.setting}: {len(r.runs)} replicas, "
-      f"compile {r.sweep.compile_seconds:.1f} s, {r.seconds:.1f} s in all "
-      f"(budget {r._budget()} steps); eval accuracy {np.mean(acc):.3f} [{np.min(acc):.3f}, "
-      f"{np.max(acc):.3f}] over seeds at lr={_point(r.selected)}; plateau "
-      f"{sum(s in FINISHED for s in status)}/{len(status)}"
-      + (f"; {diverged} diverged" if diverged else "")
-      + "".join(f"; {h['what']}" for h in r.history)
-    )
+    results.append(train_arm(arm, config, log, store))
+    _log_arm(results[-1], f"{i}/{len(arms)}", log)
   return Trained(results)
+
+
+def _log_arm(r, tag, log):
+  """The progress line of a trained ArmResult `r`: replicas, seconds, budget, accuracy,
+  plateau and the grid and budget changes."""
+  acc = r.per_seed("eval_accuracy")
+  diverged = sum(not x.finite for x in r.runs)
+  status = r.plateau()
+  log(
+    f"    [{tag}] {r.arm.model} @ {r.arm.setting}: {len(r.runs)} replicas, "
+    f"compile {r.sweep.compile_seconds:.1f} s, {r.seconds:.1f} s in all "
+    f"(budget {r._budget()} steps); eval accuracy {np.mean(acc):.3f} [{np.min(acc):.3f}, "
+    f"{np.max(acc):.3f}] over seeds at lr={_point(r.selected)}; plateau "
+    f"{sum(s in FINISHED for s in status)}/{len(status)}"
+    + (f"; {diverged} diverged" if diverged else "")
+    + "".join(f"; {h['what']}" for h in r.history)
+  )
 
 
 def _point(selected):

@@ -358,8 +358,8 @@ def test_a_budget_grows_to_its_cap_and_a_still_learning_arm_gives_unresolved(fak
 def test_the_arms_of_a_budget_group_end_at_one_budget(fake_sweep):
   """Alone, an arm that finishes early stops at its first budget while a weak one grows to
   the cap; in one `budget_groups` group the early one grows to the weak one's budget (its
-  history says why, and the report's setup names the group), an arm outside the group keeps
-  its own, and a group naming no trained arm is refused."""
+  history and the progress log say why, and the report's setup names the group), an arm
+  outside the group keeps its own, and a group naming no trained arm is refused."""
   config = _config(learning_rates=(1e-2,), total_steps=200, step_cap=800)
   task = "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2"
   fast = protocol.Arm("fast", "s", "transformer", task)
@@ -369,8 +369,10 @@ def test_the_arms_of_a_budget_group_end_at_one_budget(fake_sweep):
   alone = protocol.train([fast, other, weak], config, log=quiet)
   assert [r.budget for r in alone.results] == [200, 200, 800]
   config.budget_groups = (("fast", "weak"),)
-  grouped = protocol.common_budgets(alone, config, log=quiet)
+  lines = []
+  grouped = protocol.common_budgets(alone, config, log=lines.append)
   assert [r.budget for r in grouped.results] == [800, 200, 800]
+  assert any(line.startswith("    [group] fast @ s:") and "800 steps" in line for line in lines)
   assert any("budget group" in h["what"] for h in grouped.get("fast", "s").history)
   assert grouped.get("fast", "s").plateaued()
   assert "; fast, weak grown to one budget" in protocol.setup_text(config, grouped)
