@@ -279,6 +279,8 @@ def capacity_law(size):
   config = fixed_memory.get_config(size)
   law = config.law
   law.schedule = {f: config[f] for f in protocol.SCHEDULE if f in config}
+  if size == "full":  # beyond v8 ran the law evaluated every 100 steps (fixed_memory v11: 200)
+    law.schedule["eval_every"] = 100
   law.learning_rates = tuple(config.learning_rates)
   law.step_cap = config.step_cap
   law.knobs = {"linear_attention": law.knobs["linear_attention"]}

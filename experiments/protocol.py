@@ -157,6 +157,8 @@ FRESH_FULL_SEEDS_4 = (20, 21, 22, 23, 24)
 FRESH_FULL_SEEDS_5 = (25, 26, 27, 28, 29)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS_5
 FRESH_FULL_SEEDS_6 = (30, 31, 32, 33, 34)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_6
+FRESH_FULL_SEEDS_7 = (35, 36, 37, 38, 39)
 
 
 def set_seeds(c, size):
