@@ -729,6 +729,7 @@ def _plot(config, trained, fold, metrics, workdir):
       )
   ax_fold.axhline(EXACT, color="gray", linestyle=":")
   ax_fold.set_xticks(range(len(cells)), [c.replace(", ", "\n") for c in cells], fontsize=7)
+  ax_fold.set_xlim(-0.5, len(cells) - 0.35)  # one cell (v14's default) sits in the middle
   ax_fold.set(yscale="log", ylabel="relative residual of the best fold", title="W1 folded")
   ax_fold.legend(fontsize="small")
   for j, key in enumerate(("probe_keys", "probe_values")):
