@@ -258,7 +258,7 @@ def first_passage(trained, name, depth):
   every longer run shares; the budget itself under a schedule without one)}."""
   arm = trained.get(name, setting(depth))
   steps = arm.fastest_steps_to(SPEED_AT)
-  bound = optimizer.continues_until(arm.config) or arm._budget()
+  bound = optimizer.continues_until(arm.config) or arm.config.total_steps  # the final budget
   return {"steps": steps, "bound": [float(bound)] * len(steps)}
 
 

@@ -133,7 +133,6 @@ def test_the_bound_of_a_stack_that_never_reached_is_its_decay_s_start():
     arm = types.SimpleNamespace(
       config=config,
       fastest_steps_to=lambda acc: [math.nan, 300.0],
-      _budget=lambda: 1000,
     )
     trained = types.SimpleNamespace(get=lambda name, setting, arm=arm: arm)
     got = skips.first_passage(trained, "no_skip", 8)
