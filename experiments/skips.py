@@ -34,7 +34,7 @@ Seeds (protocol.SEEDS): 3 confirmatory + 1 exploratory at quick, 5 + 2 at full a
 quick: MQAR V=16 L=16 K=4, D=32, both at depths 2 and 4 (v8; v7: residual at 4 only), batch 32,
 400 steps (no growth: a replica still learning is UNRESOLVED) at lr 3e-3. full: both at
 depths 2, 4 and 8, lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2], 1,000 steps
-growing x2 to at most 4,000 until every replica plateaus, in two stages (the confirmatory seeds
+growing x2 to at most 8,000 (v7) until every replica plateaus, in two stages (the confirmatory seeds
 at the selected rate), under a "wsd" schedule (a growing budget continues each sweep); its
 confirmatory seeds are 15-19 (v8: seeds no decision saw). accel: MQAR
 V=256 L=64 K=8, D=128, depths 2 to 16.
