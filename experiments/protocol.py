@@ -159,6 +159,8 @@ FRESH_FULL_SEEDS_5 = (25, 26, 27, 28, 29)
 FRESH_FULL_SEEDS_6 = (30, 31, 32, 33, 34)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS_6
 FRESH_FULL_SEEDS_7 = (35, 36, 37, 38, 39)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_7
+FRESH_FULL_SEEDS_8 = (40, 41, 42, 43, 44)
 
 
 def set_seeds(c, size):

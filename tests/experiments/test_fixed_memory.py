@@ -204,10 +204,11 @@ def test_the_full_design_walks_from_each_family_s_first_point():
     ("lstm", capacity.setting(law, "lstm", 16, 2)),
     ("linear_attention", capacity.setting(law, "linear_attention", 4, 2)),
   }
-  # v10: the falsification arm at the largest K only, attention at every K
-  assert len(fixed_memory.arms(config)) == len(first) + len(law.pairs) + 1
+  # v12: the falsification arm at K = 4 and 8 (v10-v11: the largest K only), attention at
+  # every K
+  assert len(fixed_memory.arms(config)) == len(first) + len(law.pairs) + 2
   assert [a.setting for a in fixed_memory.arms(config) if a.model == "falsification"] == [
-    capacity.setting(law, "linear_attention", 2, max(law.pairs))
+    capacity.setting(law, "linear_attention", 2, k) for k in (4, 8)
   ]
   # a family with declared points (v5-v7's Elman) is not walked: its points train as declared
   law.knobs["elman"], law.points, law.reported = (64,), {"elman": ((64, 2),)}, ("elman",)
