@@ -216,13 +216,13 @@ def measure(config, trained, workdir):
     f"beside the criteria: steps to {SPEED_AT} validation accuracy against depth, per seed at "
     "its fastest learning rate of the grid (NaN: never within the budget)."
   )
-  rows = speed(config, trained)
   passage = {
     name: {
       setting(d): first_passage(trained, name, d) for d, names in config.depths if name in names
     }
     for name in SKIPS
   }
+  rows = speed(config, passage)
   return protocol.Section(
     metrics={"steps_to": rows, "first_passage": passage},
     table=rows,
@@ -231,13 +231,13 @@ def measure(config, trained, workdir):
   )
 
 
-def speed(config, trained):
+def speed(config, passage):
   """Rows: steps to SPEED_AT validation accuracy per seed, each model at each depth (each
-  seed at its fastest rate: protocol.ArmResult.fastest_steps_to)."""
+  seed at its fastest rate: first_passage, the numbers the slowdown criterion reads)."""
   rows = []
   for depth, names in config.depths:
     for name in names:
-      steps = trained.get(name, setting(depth)).fastest_steps_to(SPEED_AT)
+      steps = passage[name][setting(depth)]["steps"]
       reached = [x for x in steps if not math.isnan(x)]
       rows.append(
         {

@@ -143,10 +143,11 @@ def test_the_bound_of_a_stack_that_never_reached_is_its_decay_s_start():
 def test_steps_to_the_threshold_against_depth_per_seed():
   config = skips.get_config("quick")
   steps = {"no_skip": [400.0, math.nan, 300.0], "residual": [100.0, 150.0, 100.0]}
-  trained = types.SimpleNamespace(
-    get=lambda name, setting: types.SimpleNamespace(fastest_steps_to=lambda acc: steps[name])
-  )
-  rows = skips.speed(config, trained)
+  passage = {
+    name: {skips.setting(d): {"steps": steps[name], "bound": [BOUND] * 3} for d, _ in config.depths}
+    for name in steps
+  }
+  rows = skips.speed(config, passage)
   assert [(r["model"], r["blocks"]) for r in rows] == [
     (name, depth) for depth, names in config.depths for name in names
   ]
