@@ -312,6 +312,13 @@ def arms(config):
   return out
 
 
+def every_arm(config):
+  """arms(config) and, with the capacity part, every point of its law's grid."""
+  walked = capacity.every_arm(config.law) if config.capacity else []
+  named = {(a.model, a.setting) for a in walked}
+  return [a for a in arms(config) if (a.model, a.setting) not in named] + walked
+
+
 def next_arms(config, views):
   """The capacity law's next points (a walked law: capacity.next_arms), none without it."""
   return capacity.next_arms(config.law, views) if config.capacity else []

@@ -506,6 +506,22 @@ def arms(law):
   return out
 
 
+def every_arm(law):
+  """Every arm the design can train, not only those a walk visited: each family's every
+  (knob, K) of its grid (or its declared points), and the arms read at every K
+  (experiments/retrain.py offers them)."""
+  out = []
+  for family in (*law.claimed, *law.reported):
+    if family in law.points:
+      points = [tuple(p) for p in law.points[family]]
+    else:
+      points = [(knob, k) for k in law.pairs for knob in law.knobs[family]]
+    out += [_arm(law, family, family, knob, k) for knob, k in points]
+  for model, family, knob in everywhere(law):
+    out += [_arm(law, model, family, knob, k) for k in pairs_of(law, model)]
+  return out
+
+
 def next_arms(law, views):
   """The arms a walked family needs next: for each view (a protocol.Trained of one seed set:
   the confirmatory and the exploratory seeds each walk on their own readings), the point at

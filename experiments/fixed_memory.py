@@ -211,6 +211,10 @@ def arms(config):
   return capacity.arms(config.law)
 
 
+def every_arm(config):
+  return capacity.every_arm(config.law)
+
+
 def next_arms(config, views):
   return capacity.next_arms(config.law, views)
 

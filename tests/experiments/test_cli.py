@@ -2,7 +2,7 @@
 config field or a stray argument is one `error:` line and exit 2, before anything runs.
 
 The entry points that also serve as libraries (run_all and each experiment, scorecard, bench,
-gpu_bench, bench_loader, designs, tables) are called in process; main, sample and evaluate
+gpu_bench, bench_loader, designs, tables, retrain) are called in process; main, sample and evaluate
 define their flags on absl's global FLAGS, so they run as subprocesses (in parallel, `--help`
 only).
 """
@@ -14,7 +14,17 @@ import sys
 
 import pytest
 
-from experiments import bench, bench_loader, cli, designs, gpu_bench, run_all, scorecard, tables
+from experiments import (
+  bench,
+  bench_loader,
+  cli,
+  designs,
+  gpu_bench,
+  retrain,
+  run_all,
+  scorecard,
+  tables,
+)
 from tests.train.train_helpers import REPO
 
 ENTRY_POINTS = {
@@ -26,6 +36,7 @@ ENTRY_POINTS = {
   "designs": (designs.main, "The registry of experiment designs"),
   "tables": (tables.main, "The results tables of README.md and docs/experiments.md"),
   "bench_loader": (bench_loader.main, "Loader throughput: one batched read per step"),
+  "retrain": (retrain.main, "Re-trains one arm of an experiment's registered design"),
 }
 BAD = {  # (arguments, what the one line names)
   "unknown flag": (["--nope=1"], "'nope'"),

@@ -1,0 +1,196 @@
+"""Re-trains one arm of an experiment's registered design at the seeds, learning rates and
+budget you choose: the diagnostic a reader asks for when a replica stalls ("does seed 43
+learn at the next lower rate? with twice the steps?"). The arm, its task, model, schedule
+and held-out split are the design's; only what the flags name changes. It judges nothing and
+writes no result of record: a verdict comes only from the experiment's own run.
+
+  python -m experiments.retrain --experiment fixed_memory --size full \\
+    --arm "linear_attention @ head_dim=8 K=2 L=32" --seeds 33,39,43 \\
+    --learning_rates 0.002154,0.004642 --steps 12000 --workdir runs/retrain
+
+--arm names "model @ setting" as the experiment's report does; without it the command lists
+the design's arms (a name the design does not hold is an error naming the nearest). A walked capacity law
+(fixed_memory, beyond) offers every point of its grid, not only those its walk visited.
+--seeds defaults to the design's confirmatory seeds, --learning_rates to the arm's grid,
+--steps to the arm's first budget (a "wsd" run of N steps is the protocol's run grown to N).
+
+Writes WORKDIR/retrain.json (the command, the design's version and hash, and per replica its
+validation curve, stop reason, steps, and final eval accuracy raw and chance-adjusted) and
+WORKDIR/retrain.png (validation accuracy against steps, one line per replica).
+"""
+
+import difflib
+import json
+import os
+import sys
+import time
+
+from experiments import cli, protocol, run_all
+
+_SCHEDULE_FIELDS = protocol.SCHEDULE
+
+
+def _define(values, argv):
+  define = cli.definer(values)
+  define(
+    "enum", "experiment", None, "The experiment whose arm is trained.", list(run_all.EXPERIMENTS)
+  )
+  define("enum", "size", "quick", "The design size the arm comes from.", list(protocol.SIZES))
+  define("string", "arm", "", 'The arm, "model @ setting" (empty: list the design\'s arms).')
+  define("list", "seeds", None, "Seeds (default: the design's confirmatory seeds).")
+  define("list", "learning_rates", None, "Peak learning rates (default: the arm's grid).")
+  define("integer", "steps", None, "Step budget (default: the arm's first budget).", lower_bound=1)
+  define("string", "workdir", "runs/retrain", "Where retrain.json and retrain.png go.")
+
+
+def arms_of(module, config):
+  """{"model @ setting": Arm} of every arm the design can train: module.every_arm(config)
+  where the module has one (a walked law's whole grid), else module.arms(config)."""
+  listed = module.every_arm(config) if hasattr(module, "every_arm") else module.arms(config)
+  return {f"{a.model} @ {a.setting}": a for a in listed}
+
+
+def _numbers(name, texts, kind):
+  try:
+    return [kind(t) for t in texts]
+  except ValueError:
+    cli.usage_error(f"--{name}={','.join(texts)}: expected {kind.__name__} values")
+
+
+def train_config(config, arm, steps=None):
+  """The arm's training config exactly as protocol.train_arm builds it, at `steps` (None:
+  the arm's first budget)."""
+  from experiments import harness
+
+  schedule = {f: config[f] for f in _SCHEDULE_FIELDS if f in config} | arm.train
+  if steps is not None:
+    schedule["total_steps"] = int(steps)
+  return harness.train_config(arm.rung, arm.task, arm.fields, **schedule)
+
+
+def retrain(module, size, arm_name, seeds=None, learning_rates=None, steps=None, log=print):
+  """Trains `arm_name` of `module`'s design at `size`; returns the record retrain.json holds."""
+  from jaxformer.train import sweep
+
+  config = module.get_config(size)
+  arms = arms_of(module, config)
+  if arm_name not in arms:
+    near = difflib.get_close_matches(arm_name, list(arms), n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise cli.UsageError(
+      f"--arm={arm_name!r}: not an arm of {module.NAME} at size={size}{hint} (without --arm "
+      "the command lists them)"
+    )
+  arm = arms[arm_name]
+  seeds = tuple(seeds) if seeds else protocol.seed_sets(config)[1]
+  rates = tuple(learning_rates or arm.learning_rates or config.learning_rates)
+  tc = train_config(config, arm, steps)
+  replicas = sweep.grid(seeds, rates, tuple(config.weight_decays))
+  start = time.perf_counter()
+  result = sweep.train(tc, replicas, log=lambda text: log(f"  {arm_name}: {text}"))
+  design = protocol.design(module, size) if protocol.registered(module) else None
+  rows = []
+  for run in result.runs:
+    final = run.final()
+    rows.append(
+      {
+        "seed": run.seed,
+        "learning_rate": run.learning_rate,
+        "weight_decay": run.weight_decay,
+        "stop_reason": run.stop_reason,
+        "final_step": run.final_step,
+        "val_accuracy_by_step": [[int(e[0]), float(e[2])] for e in run.evals],
+        "eval_accuracy": float(final["eval_accuracy"]),
+        "eval_adjusted": float(protocol.adjust(final["eval_accuracy"], result.chance)),
+      }
+    )
+  return {
+    "experiment": module.NAME,
+    "size": size,
+    "version": int(module.VERSION),
+    "design_hash": design.hash[:12] if design else None,
+    "commit": protocol.commit(),
+    "arm": arm_name,
+    "total_steps": int(tc.total_steps),
+    "lr_schedule": tc.get("lr_schedule"),
+    "chance": float(result.chance),
+    "seconds": time.perf_counter() - start,
+    "replicas": rows,
+  }
+
+
+def plot(record, workdir):
+  """retrain.png: validation accuracy against steps, one line per replica (a color per seed,
+  a line style per learning rate)."""
+  from experiments import harness
+
+  fig = harness.figure(width=6.5, height=4)
+  ax = fig.add_subplot()
+  seeds = sorted({r["seed"] for r in record["replicas"]})
+  rates = sorted({r["learning_rate"] for r in record["replicas"]})
+  styles = ["-", "--", ":", "-."]
+  for r in record["replicas"]:
+    curve = r["val_accuracy_by_step"]
+    ax.plot(
+      [step for step, _ in curve],
+      [acc for _, acc in curve],
+      color=f"C{seeds.index(r['seed']) % 10}",
+      linestyle=styles[rates.index(r["learning_rate"]) % len(styles)],
+      label=f"seed {r['seed']}, lr {r['learning_rate']:g}",
+    )
+  ax.axhline(record["chance"], color="gray", linestyle=":", linewidth=1)
+  ax.set(
+    xlabel="step",
+    ylabel="validation accuracy (raw)",
+    title=f"{record['experiment']} v{record['version']} ({record['size']}), retrained: "
+    f"{record['arm']}",
+  )
+  ax.title.set_fontsize(9)
+  ax.legend(fontsize=7, ncol=2)
+  return harness.save(fig, workdir, "retrain.png")
+
+
+def main(argv=None):
+  """argv: the arguments after the program name (None: sys.argv's); returns the exit code."""
+  values, rest = cli.command_line(__doc__, _define, argv)
+  if rest:
+    cli.usage_error(f"unexpected arguments {rest}")
+  if not values.experiment:
+    cli.usage_error(f"--experiment: required, one of {', '.join(run_all.EXPERIMENTS)}")
+  module = run_all.experiment(values.experiment)
+  seeds = _numbers("seeds", values.seeds, int) if values.seeds else None
+  rates = (
+    _numbers("learning_rates", values.learning_rates, float) if values.learning_rates else None
+  )
+  if rates and not all(r > 0 for r in rates):
+    cli.usage_error(f"--learning_rates={values.learning_rates}: each must be > 0")
+  if not values.arm:
+    arms = arms_of(module, module.get_config(values.size))
+    print(f"{module.NAME} at size={values.size}: {len(arms)} arm(s)")
+    for name in arms:
+      print(f"  {name}")
+    return 0
+  from jaxformer import compile_cache
+
+  compile_cache.enable()
+  try:
+    record = retrain(module, values.size, values.arm, seeds, rates, values.steps)
+  except cli.usage_error_types() as e:
+    cli.usage_error(cli.first_line(e))
+  os.makedirs(values.workdir, exist_ok=True)
+  with open(os.path.join(values.workdir, "retrain.json"), "w") as f:
+    json.dump(record, f, indent=1)
+  plot(record, values.workdir)
+  for r in record["replicas"]:
+    curve = r["val_accuracy_by_step"]
+    print(
+      f"seed {r['seed']} lr {r['learning_rate']:g}: {r['stop_reason']} at step "
+      f"{r['final_step']}, eval accuracy {r['eval_accuracy']:.3f} (adjusted "
+      f"{r['eval_adjusted']:.3f}); validation {curve[-1][1] if curve else float('nan'):.3f}"
+    )
+  print(f"wrote {values.workdir}/retrain.json and retrain.png ({record['seconds']:.0f} s)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

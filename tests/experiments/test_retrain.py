@@ -1,0 +1,112 @@
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments import beyond, capacity, fixed_memory, protocol, retrain
+
+ARM = "linear_attention @ head_dim=4 K=2 L=16"  # an arm of fixed_memory's tiny design
+
+
+def test_every_arm_of_a_walked_law_is_its_whole_grid_and_the_arms_read_at_every_k():
+  law = fixed_memory.get_config("full").law
+  settings = {(a.model, a.setting) for a in capacity.every_arm(law)}
+  grid = {
+    (family, capacity.setting(law, family, knob, k))
+    for family in law.claimed
+    for knob in law.knobs[family]
+    for k in law.pairs
+  }
+  attention = {
+    (capacity.ATTENTION_ARM, capacity.setting(law, "attention", 16, k)) for k in law.pairs
+  }
+  falsification = {
+    (capacity.FALSIFICATION_ARM, capacity.setting(law, "linear_attention", 2, k))
+    for k in law.falsification_pairs
+  }
+  assert settings == grid | attention | falsification
+  # the walk's first arms are among them, as the protocol builds them
+  first = {(a.model, a.setting): a for a in capacity.arms(law)}
+  every = {(a.model, a.setting): a for a in capacity.every_arm(law)}
+  assert all(every[key] == arm for key, arm in first.items())
+
+
+def test_beyond_offers_its_needle_arms_and_its_law_each_once():
+  config = beyond.get_config("full")
+  names = [(a.model, a.setting) for a in beyond.every_arm(config)]
+  assert len(names) == len(set(names))
+  assert set(names) >= {(a.model, a.setting) for a in beyond.arms(config)}
+  assert set(names) >= {(a.model, a.setting) for a in capacity.every_arm(config.law)}
+
+
+def test_a_retrained_arm_is_the_protocols_replica(tmp_path):
+  """At the design's seeds, rates and first budget, the retrained replicas are the ones the
+  protocol trains (the same config, so the same curves), and retrain.json says what ran."""
+  config = fixed_memory.get_config("tiny")
+  arm = retrain.arms_of(fixed_memory, config)[ARM]
+  seeds = protocol.seed_sets(config)[1]
+  done = protocol.train_arm(arm, config, log=lambda text: None)
+  want = {(r.seed, r.learning_rate): r for res in (done.sweep, *done.more) for r in res.runs}
+  rates = sorted({lr for _, lr in want})
+  code = retrain.main(
+    [
+      "--experiment=fixed_memory",
+      "--size=tiny",
+      f"--arm={ARM}",
+      f"--seeds={','.join(map(str, seeds))}",
+      f"--learning_rates={','.join(map(str, rates))}",
+      f"--workdir={tmp_path}",
+    ]
+  )
+  assert code == 0
+  record = json.load(open(tmp_path / "retrain.json"))
+  assert os.path.getsize(tmp_path / "retrain.png") > 0
+  assert (record["experiment"], record["size"], record["arm"]) == ("fixed_memory", "tiny", ARM)
+  assert record["design_hash"] == protocol.design(fixed_memory, "tiny").hash[:12]
+  assert record["total_steps"] == config.total_steps
+  got = {(r["seed"], r["learning_rate"]): r for r in record["replicas"]}
+  assert set(got) == {(s, lr) for s in seeds for lr in rates}
+  for key, row in got.items():
+    run = want[key]
+    np.testing.assert_allclose(
+      [acc for _, acc in row["val_accuracy_by_step"]], [e[2] for e in run.evals], rtol=1e-6
+    )
+    assert [step for step, _ in row["val_accuracy_by_step"]] == [e[0] for e in run.evals]
+    assert row["final_step"] == run.final_step
+    assert row["eval_adjusted"] == pytest.approx(
+      protocol.adjust(run.final()["eval_accuracy"], done.chance)
+    )
+
+
+def test_steps_replace_the_budget(tmp_path):
+  config = fixed_memory.get_config("tiny")
+  arm = retrain.arms_of(fixed_memory, config)[ARM]
+  assert retrain.train_config(config, arm).total_steps == config.total_steps
+  assert retrain.train_config(config, arm, steps=8).total_steps == 8
+
+
+def test_without_arm_it_lists_the_designs_arms(capsys):
+  assert retrain.main(["--experiment=fixed_memory", "--size=full"]) == 0
+  out = capsys.readouterr().out
+  for arm in capacity.every_arm(fixed_memory.get_config("full").law):
+    assert f"  {arm.model} @ {arm.setting}\n" in out
+
+
+@pytest.mark.parametrize(
+  "args, field",
+  [
+    (["--arm=lstm @ N=16 K=2"], "--arm="),
+    ([f"--arm={ARM}", "--seeds=a"], "--seeds=a"),
+    ([f"--arm={ARM}", "--learning_rates=0.01,x"], "--learning_rates="),
+    ([f"--arm={ARM}", "--learning_rates=-0.01"], "--learning_rates="),
+    ([f"--arm={ARM}", "--steps=0"], "steps"),
+    (["--experiment="], "--experiment"),
+  ],
+)
+def test_bad_input_is_one_error_naming_the_field(args, field, capsys):
+  with pytest.raises(SystemExit) as e:
+    retrain.main(["--experiment=fixed_memory", "--size=tiny", *args])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error:") and field in err[0]
