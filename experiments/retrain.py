@@ -170,6 +170,10 @@ def main(argv=None):
     for name in arms:
       print(f"  {name}")
     return 0
+  # the replicas laid over the host's cores as the experiment's own command lays them: on a
+  # CPU the device count changes how each product is split over threads, so a replica
+  # follows the protocol's trajectory only on the same layout
+  run_all.lay_over_cores(0, 1)
   from jaxformer import compile_cache
 
   compile_cache.enable()
