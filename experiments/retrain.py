@@ -9,14 +9,21 @@ writes no result of record: a verdict comes only from the experiment's own run.
     --learning_rates 0.002154,0.004642 --steps 12000 --workdir runs/retrain
 
 --arm names "model @ setting" as the experiment's report does; without it the command lists
-the design's arms (a name the design does not hold is an error naming the nearest). A walked capacity law
-(fixed_memory, beyond) offers every point of its grid, not only those its walk visited.
+the design's arms (a name the design does not hold is an error naming the nearest). A walked
+capacity law (fixed_memory, beyond) offers every point of its grid, not only those its walk
+visited.
 --seeds defaults to the design's confirmatory seeds, --learning_rates to the arm's grid,
---steps to the arm's first budget (a "wsd" run of N steps is the protocol's run grown to N).
+--steps to the arm's first budget. The replicas are laid over the host's cores as the
+experiment's own command lays them, so at the design's seeds, rate and first budget each one
+is the protocol's replica, evaluation for evaluation. Under "wsd" a run of N steps has the
+schedule of the protocol's run grown to N, but where the protocol grew it from a budget of at
+most sweep.FAST_COMPILE_STEPS (compiled with other options on a CPU) the rounding differs,
+and at a rate at the edge of stability that can change where a replica goes.
 
-Writes WORKDIR/retrain.json (the command, the design's version and hash, and per replica its
-validation curve, stop reason, steps, and final eval accuracy raw and chance-adjusted) and
-WORKDIR/retrain.png (validation accuracy against steps, one line per replica).
+Writes WORKDIR/retrain.json (the arm, the design's version and hash, the commit, and per
+replica its validation curve, stop reason, steps, and final eval accuracy raw and
+chance-adjusted) and WORKDIR/retrain.png (validation accuracy against steps, one line per
+replica).
 """
 
 import difflib
