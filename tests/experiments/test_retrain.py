@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from experiments import beyond, capacity, fixed_memory, protocol, retrain
+from experiments import beyond, capacity, cli, fixed_memory, protocol, retrain, run_all
 
 ARM = "linear_attention @ head_dim=4 K=2 L=16"  # an arm of fixed_memory's tiny design
 
@@ -110,3 +110,19 @@ def test_bad_input_is_one_error_naming_the_field(args, field, capsys):
   assert e.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("error:") and field in err[0]
+
+
+def test_it_lays_the_replicas_over_the_cores_as_an_experiments_own_command_does(monkeypatch):
+  """On a CPU the device count changes each product's split over threads, and so the rounding:
+  the layout of `python -m experiments.<name>` (one experiment: every core) is the one whose
+  replicas a retrain must follow."""
+  calls = []
+  monkeypatch.setattr(run_all, "lay_over_cores", lambda count, jobs: calls.append((count, jobs)))
+
+  def stop(*args, **kwargs):
+    raise cli.UsageError("stopped before training")
+
+  monkeypatch.setattr(retrain, "retrain", stop)
+  with pytest.raises(SystemExit):
+    retrain.main(["--experiment=fixed_memory", "--size=tiny", f"--arm={ARM}"])
+  assert calls == [(0, 1)]
