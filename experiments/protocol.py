@@ -41,7 +41,11 @@ when a design's content changes and its version does not (`python -m experiments
    diverged is not eligible. When the selected rate is at an edge of a grid of >= 2 rates,
    the grid extends by one log step past it (each extension recorded), until the selected
    rate is interior or the next rate would pass `lr_cap` (a step that passes it by less than
-   the grid's 3-figure rounding lands on the cap itself);
+   the grid's 3-figure rounding lands on the cap itself). A design's `confirm_below` = n
+   reads each seed at the better (final validation accuracy) of the selected rate and the n
+   rates below it in the grid, and a two-stage design trains its confirmatory seeds at
+   those n + 1 rates: one seed stalled at a rate next to the unstable ones is then read where
+   it learns, and the criteria read every seed the same way;
 3. plateau: a replica has finished learning when it reached its early-stop target, diverged,
    or its best validation accuracy over the last `plateau_window` of its budget improved on
    its best before by less than `plateau_tolerance`. While a replica at the selected point
@@ -396,6 +400,7 @@ def budget_rule(config):
       "lr_cap": [float(lo), float(hi)],
     }
     | ({"confirm_at_selected": True} if confirms_at_selected(config) else {})
+    | ({"confirm_below": below} if (below := confirm_below(config)) else {})
     | ({"plateau_reading": reading} if (reading := plateau_reading(config)) != "window" else {})
   )
 
@@ -408,6 +413,21 @@ def plateau_reading(config):
       f"plateau_reading={reading!r}: expected one of {', '.join(PLATEAU_READINGS)}"
     )
   return reading
+
+
+def confirm_below(config):
+  """The design's `confirm_below` (0 when unset): how many grid rates below the selected one
+  each seed is also read at (read_rates)."""
+  below = config.get("confirm_below", 0)
+  if isinstance(below, bool) or not isinstance(below, int) or below < 0:
+    raise ladder.ConfigError(f"confirm_below={below!r}: expected an integer >= 0")
+  return below
+
+
+def read_rates(learning_rates, selected_lr, below):
+  """The selected rate and the `below` next lower rates of the grid, the selected first."""
+  lower = sorted((lr for lr in learning_rates if lr < selected_lr), reverse=True)[:below]
+  return (selected_lr, *lower)
 
 
 def confirms_at_selected(config):
@@ -604,17 +624,33 @@ class ArmResult:
     return dataclasses.replace(self, seeds=tuple(seeds))
 
   def at_rate(self, learning_rate):
-    """This arm read at `learning_rate` (its selected weight decay), if its grid holds it."""
+    """This arm read at `learning_rate` (its selected weight decay) alone, if its grid holds
+    it."""
     if self.selected is None or learning_rate not in self.learning_rates:
       return self
-    return dataclasses.replace(self, selected=(learning_rate, self.selected[1]))
+    rule = {k: v for k, v in self.rule.items() if k != "confirm_below"}
+    return dataclasses.replace(self, selected=(learning_rate, self.selected[1]), rule=rule)
+
+  def read_rates(self):
+    """The rates each seed is read at the better of: the selected one, and under the design's
+    `confirm_below` the rates below it in the grid ((): every point diverged)."""
+    if self.selected is None:
+      return ()
+    return read_rates(self.learning_rates, self.selected[0], self.rule.get("confirm_below", 0))
 
   def selected_runs(self):
-    """The runs at the selected point, in seed order ([] if every point diverged)."""
+    """The run each seed is read at, in seed order ([] if every point diverged): the one at
+    the selected point, or under `confirm_below` the finite one with the best final
+    validation accuracy (then the lower validation loss; the selected rate on a tie) among
+    the read rates."""
     if self.selected is None:
       return []
-    runs = [r for r in self.runs if (r.learning_rate, r.weight_decay) == self.selected]
-    return sorted(runs, key=lambda r: r.seed)
+    rates, wd = self.read_rates(), self.selected[1]
+    by_seed = {}
+    for r in self.runs:
+      if r.weight_decay == wd and r.learning_rate in rates:
+        by_seed.setdefault(r.seed, []).append(r)
+    return [_better(by_seed[seed], self.selected[0]) for seed in sorted(by_seed)]
 
   def per_seed(self, key):
     """`key` of Run.final() per seed at the selected point (NaN per seed if none)."""
@@ -687,20 +723,34 @@ class ArmResult:
     return ladder.build(self.config.rung, self.config.model)
 
   def params(self):
-    """The trained params of each seed at the selected point (host arrays), in seed order."""
-    if self.selected is None:
-      return []
+    """The trained params of each seed's read run (selected_runs; host arrays), in seed
+    order."""
+    read = {id(r) for r in self.selected_runs()}
     chosen = sorted(
-      (r.seed, result, i)
-      for r, result, i in self._indexed()
-      if (r.learning_rate, r.weight_decay) == self.selected and result.params is not None
+      ((r.seed, result, i) for r, result, i in self._indexed() if id(r) in read),
+      key=lambda t: t[0],
     )
-    return [result.replica_params(i) for _, result, i in chosen]
+    return [result.replica_params(i) for _, result, i in chosen if result.params is not None]
 
 
 def adjust(accuracy, chance):
   """Chance-adjusted accuracy: 0 at the task's chance level, 1 at perfect."""
   return (accuracy - chance) / (1.0 - chance) if chance < 1 else math.nan
+
+
+def _better(runs, selected_lr):
+  """Of one seed's runs at the read rates: the finite one with the best final validation
+  accuracy, then the lower validation loss, then the selected rate (every run diverged: the
+  selected rate's)."""
+  finite = [r for r in runs if r.finite]
+  if not finite:
+    return next((r for r in runs if r.learning_rate == selected_lr), runs[0])
+
+  def key(r):
+    final = r.final()
+    return (final["val_accuracy"], -final["val_loss"], r.learning_rate == selected_lr)
+
+  return max(finite, key=key)
 
 
 def select(runs):
@@ -775,12 +825,16 @@ class Trained:
       m["diverged"].setdefault(model, {})[setting] = sum(not x.finite for x in r.runs)
       m["plateau"].setdefault(model, {})[setting] = r.plateau()
       m["budget"].setdefault(model, {})[setting] = r._budget()
+      if r.rule.get("confirm_below"):  # the rate each seed was read at
+        rates = [x.learning_rate for x in r.selected_runs()]
+        m.setdefault("read_rate", {}).setdefault(model, {})[setting] = rates
     return m
 
   def records(self):
     """One record per trained replica (results.json `runs`)."""
     out = []
     for r in self.results:
+      read = {id(x) for x in r.selected_runs()} if r.rule.get("confirm_below") else None
       for x in r.runs:
         doubled = r.doubled(x)
         out.append(
@@ -809,6 +863,8 @@ class Trained:
                 else {}
               ),
               "selected": r.selected == (x.learning_rate, x.weight_decay),
+              # under confirm_below: whether this run is the one its seed is read at
+              **({"read": id(x) in read} if read is not None else {}),
               # the validation curve: readings such as fastest_steps_to recompute from it
               "val_accuracy_by_step": [[step, va] for step, _, va, _, _ in x.evals],
             },
@@ -1018,8 +1074,16 @@ def train_arm(arm, config, log=print, store=None, min_budget=None):
         continue
     if two_stage and selected is not None:  # the second stage: the confirmatory seeds
       key = ("confirmatory", selected, budget)
+      rates = read_rates(lrs, selected[0], rule.get("confirm_below", 0))
       if key not in done:
-        done[key] = train_new(key, confirm, (selected[0],), (selected[1],))
+        done[key] = train_new(key, confirm, rates, (selected[1],))
+        if len(rates) > 1:
+          history.append(
+            {
+              "what": f"{budget} steps: confirmatory seeds at {list(rates)}, each read at its "
+              "better validation accuracy"
+            }
+          )
       results.append(done[key])
     arm_result = ArmResult(
       arm,

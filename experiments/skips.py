@@ -35,8 +35,9 @@ quick: MQAR V=16 L=16 K=4, D=32, both at depths 2 and 4 (v8; v7: residual at 4 o
 400 steps (no growth: a replica still learning is UNRESOLVED) at lr 3e-3. full: both at
 depths 2, 4 and 8, lr logspace(1e-3, 1e-2, 4) extended past an edge within [1e-4, 3e-2], 1,000 steps
 growing x2 to at most 8,000 (v7) until every replica plateaus, in two stages (the confirmatory seeds
-at the selected rate), under a "wsd" schedule (a growing budget continues each sweep); its
-confirmatory seeds are 15-19 (v8: seeds no decision saw). accel: MQAR
+at the selected rate and the grid's next lower one, each seed read at the better of the two:
+v9), under a "wsd" schedule (a growing budget continues each sweep); its confirmatory seeds
+are 20-24 (v9: seeds no decision saw). accel: MQAR
 V=256 L=64 K=8, D=128, depths 2 to 16.
 Measured numbers, and what they show: docs/experiments.md.
 """
@@ -75,7 +76,7 @@ SLOWER = 10  # no skip at the deepest depth: >= this x the residual stack's step
 # v7: full's cap 4,000 -> 8,000 and fresh confirmatory seeds (10-14)
 # v8: the claim a slowdown (steps to SPEED_AT, censored), the falsification arm the same
 # criterion at the shallowest depth, the residual stack at every depth, fresh seeds (15-19)
-VERSION = 8
+VERSION = 9  # v9: full reads each seed at the better of the selected rate and the one below
 SPECS = (
   protocol.Spec(
     "shallow_no_skip_learns",
@@ -146,8 +147,15 @@ def get_config(size="quick"):
     c.depths = tuple((d, ("no_skip", "residual")) for d in (2, 4, 8))
     # v5: confirmatory seeds no earlier version read (v4 read 0-4 and its cap was decided
     # from them); v7: 10-14 (v6 read 5-9, and v7's cap was decided from them); v8: 15-19
-    # (v7 read 10-14, and v8's claim was decided from them)
-    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), protocol.FRESH_FULL_SEEDS_3
+    # (v7 read 10-14, and v8's claim was decided from them); v9: 20-24 (v8 read 15-19, and
+    # the probe of seed 17 behind v9's reading: docs/experiments.md)
+    c.exploratory_seeds, c.confirmatory_seeds = (100, 101), protocol.FRESH_FULL_SEEDS_4
+    # v9: every seed read at the better (final validation accuracy) of the selected rate and
+    # the grid's next lower one, the confirmatory seeds trained at both (protocol's
+    # confirm_below). v8's selected rate for the 2-block stack without skips, 4.64e-3, sat
+    # next to the rate at which an exploratory seed stalled (1e-2), and there seed 17 stalled
+    # too (raw 0.61 after 8,000 steps) where every lower rate took it to 0.99 in 700-2,100
+    c.confirm_below = 1
     c.num_test_examples = sizes.FULL_HELD_OUT  # v6
     # v4: the confirmatory seeds at the selected point only, and a budget that grows 1,000 ->
     # 2,000 continues each sweep from step 800 (protocol.WSD); v5: the cap 4,000; v7: 8,000

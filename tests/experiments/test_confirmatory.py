@@ -641,6 +641,22 @@ def test_two_stages_train_the_confirmatory_seeds_at_the_selected_point_only(fake
   assert "confirm_at_selected" not in protocol.budget_rule(_config())  # old designs' hashes
 
 
+def test_confirm_below_trains_the_confirmatory_seeds_at_the_rate_below_the_selected_too(
+  fake_sweep,
+):
+  arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  config = _config(total_steps=200, step_cap=800, confirm_at_selected=True, confirm_below=1)
+  r = protocol.train_arm(arm, config, log=lambda t: None)
+  assert list(fake_sweep)[:2] == [(64, 200, [1e-3, 3e-3]), (64, 200, [1e-3, 3e-3])]
+  assert fake_sweep.seeds[:2] == [[100], [0, 1, 2]]
+  assert r.selected == (3e-3, 0.1) and r.read_rates() == (3e-3, 1e-3)
+  # 3e-3 learns faster here: every seed is read there, and the history says what ran
+  assert [x.learning_rate for x in r.selected_runs()] == [3e-3] * 4
+  assert any("confirmatory seeds at [0.003, 0.001]" in h["what"] for h in r.history)
+  assert protocol.budget_rule(config)["confirm_below"] == 1
+  assert "confirm_below" not in protocol.budget_rule(_config())  # old designs' hashes
+
+
 def test_selection_reads_only_the_exploratory_seeds(fake_sweep):
   arm = protocol.Arm("model", "s", "transformer", "mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
   r = protocol.train_arm(arm, _config(total_steps=200), log=lambda t: None)
