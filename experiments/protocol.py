@@ -165,6 +165,8 @@ FRESH_FULL_SEEDS_6 = (30, 31, 32, 33, 34)
 FRESH_FULL_SEEDS_7 = (35, 36, 37, 38, 39)
 # ... and of a design changed again after a run on FRESH_FULL_SEEDS_7
 FRESH_FULL_SEEDS_8 = (40, 41, 42, 43, 44)
+# ... and of a design changed again after a run on FRESH_FULL_SEEDS_8
+FRESH_FULL_SEEDS_9 = (45, 46, 47, 48, 49)
 
 
 def set_seeds(c, size):
