@@ -155,14 +155,15 @@ def _gain(record):
 
 
 def learning_rows(size, results=RESULTS):
-  """One row per arm whose replicas at the selected point did not all finish learning."""
+  """One row per arm whose replicas read by the criteria did not all finish learning: those at
+  the selected point, or under a design's confirm_below the run each seed is read at."""
   out = []
   for name in run_all.EXPERIMENTS:
     entry = load(name, size, results) or {}
     arms = {}
     for record in entry.get("runs", []):
       m = record["metrics"]
-      if m.get("selected"):
+      if m.get("read", m.get("selected")):
         arms.setdefault((record["model"], record["setting"]), []).append(record)
     for (model, setting), records in arms.items():
       learning = [x for x in records if x["metrics"]["plateau"] not in protocol.FINISHED]

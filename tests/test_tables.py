@@ -132,6 +132,18 @@ def test_the_learning_table_lists_the_arms_still_learning_with_their_gain(tmp_pa
   _file(tmp_path, [_entry(runs=runs[2:])])
   text = tables.render(doc, str(tmp_path / "results"), {})
   assert "| every arm finished learning | | | | |" in text
+  # under confirm_below each seed is read at one of two rates ("read"), whatever is selected
+  unread = _record("no_skip", 0, "learning", climbing)
+  unread["metrics"]["read"] = False
+  read = _record("no_skip", 0, "target", [[100, 0.99]], selected=False)
+  read["metrics"]["read"] = True
+  _file(tmp_path, [_entry(runs=[unread, read])])
+  text = tables.render(doc, str(tmp_path / "results"), {})
+  assert "| every arm finished learning | | | | |" in text
+  unread["metrics"]["read"], read["metrics"]["read"] = True, False
+  _file(tmp_path, [_entry(runs=[unread, read])])
+  text = tables.render(doc, str(tmp_path / "results"), {})
+  assert "| `skips` | no_skip @ depth=2 | 400 | 1 of 1 | +0.300 |" in text
   one_eval = [_record("no_skip", 0, "learning", [[400, 0.3]])]  # nothing before the window
   _file(tmp_path, [_entry(runs=one_eval)])
   text = tables.render(doc, str(tmp_path / "results"), {})
