@@ -655,7 +655,7 @@ class ArmResult:
     return [_better(by_seed[seed], self.selected[0]) for seed in sorted(by_seed)]
 
   def per_seed(self, key):
-    """`key` of Run.final() per seed at the selected point (NaN per seed if none)."""
+    """`key` of Run.final() of each seed's read run (selected_runs; NaN per seed if none)."""
     runs = self.selected_runs()
     if not runs:
       seeds = self.seeds if self.seeds is not None else {r.seed for r in self.runs}
@@ -699,15 +699,15 @@ class ArmResult:
     return _status(run, self.gain(run), self.plateau_rule()[0])
 
   def plateau(self):
-    """Per seed at the selected point: target / flat / diverged / learning."""
+    """Per seed, its read run: target / flat / diverged / learning."""
     return [self.status(r) for r in self.selected_runs()]
 
   def plateau_gains(self):
-    """Per seed at the selected point: the gain the rule reads (None: too few evaluations)."""
+    """Per seed, its read run: the gain the rule reads (None: too few evaluations)."""
     return [self.gain(r) for r in self.selected_runs()]
 
   def plateaued(self):
-    """Every replica at the selected point finished learning (all seeds, whatever the view)."""
+    """Every seed's read run finished learning (all seeds, whatever the view)."""
     return all(s in FINISHED for s in dataclasses.replace(self, seeds=None).plateau())
 
   def fastest_steps_to(self, accuracy):
