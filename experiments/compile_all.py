@@ -30,7 +30,7 @@ import json
 import os
 import time
 
-from experiments import harness, protocol
+from experiments import protocol
 from jaxformer import ladder
 from jaxformer.train import compile_only, sweep
 
@@ -40,8 +40,7 @@ REPORT_FILE = compile_only.REPORT_FILE
 
 def arm_config(config, arm):
   """The training config protocol.train_arm trains `arm` with (its first budget)."""
-  schedule = {f: config[f] for f in protocol.SCHEDULE if f in config} | arm.train
-  return harness.train_config(arm.rung, arm.task, arm.fields, **schedule)
+  return protocol.arm_config(config, arm)
 
 
 def program_key(config, n, sizes):

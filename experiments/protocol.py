@@ -976,6 +976,21 @@ def _extension(lrs, selected_lr, cap):
   return None
 
 
+def arm_schedule(config, arm):
+  """The training fields `arm` trains with under `config`: the design's SCHEDULE fields, then
+  the arm's own overrides (its first budget is "total_steps")."""
+  return {f: config[f] for f in SCHEDULE if f in config} | arm.train
+
+
+def arm_config(config, arm, total_steps=None):
+  """The training config train_arm trains `arm` with, at `total_steps` (None: its first
+  budget)."""
+  schedule = arm_schedule(config, arm)
+  if total_steps is not None:
+    schedule["total_steps"] = int(total_steps)
+  return harness.train_config(arm.rung, arm.task, arm.fields, **schedule)
+
+
 def train_arm(arm, config, log=print, store=None, min_budget=None):
   """Trains one arm under the protocol's rule: select on the exploratory seeds, extend the
   learning-rate grid past an edge up to lr_cap, grow the budget up to step_cap until every
@@ -988,8 +1003,7 @@ def train_arm(arm, config, log=print, store=None, min_budget=None):
   two_stage = confirms_at_selected(config)
   seeds = explore if two_stage else explore + confirm  # the seeds of every grid point
   rule = budget_rule(config)
-  schedule = {f: config[f] for f in SCHEDULE if f in config} | arm.train
-  budget = int(schedule["total_steps"])
+  budget = int(arm_schedule(config, arm)["total_steps"])
   cap = max(budget, int(arm.step_cap if arm.step_cap is not None else rule["step_cap"]))
   lrs = list(arm.learning_rates or tuple(config.learning_rates))
   wds = tuple(config.weight_decays)
@@ -1005,7 +1019,7 @@ def train_arm(arm, config, log=print, store=None, min_budget=None):
 
   def run(seed_list, rates, weight_decays, steps=None, grows_from=None):
     steps = budget if steps is None else steps
-    tc = harness.train_config(arm.rung, arm.task, arm.fields, **(schedule | {"total_steps": steps}))
+    tc = arm_config(config, arm, steps)
     replicas = sweep.grid(seed_list, tuple(rates), tuple(weight_decays))
     grows_from = shorter if grows_from is None else grows_from
     resume = sweep.Continuation.merge([done[k].continuation for k in grows_from if k in done])

@@ -34,8 +34,6 @@ import time
 
 from experiments import cli, protocol, run_all
 
-_SCHEDULE_FIELDS = protocol.SCHEDULE
-
 
 def _define(values, argv):
   define = cli.definer(values)
@@ -64,17 +62,6 @@ def _numbers(name, texts, kind):
     cli.usage_error(f"--{name}={','.join(texts)}: expected {kind.__name__} values")
 
 
-def train_config(config, arm, steps=None):
-  """The arm's training config exactly as protocol.train_arm builds it, at `steps` (None:
-  the arm's first budget)."""
-  from experiments import harness
-
-  schedule = {f: config[f] for f in _SCHEDULE_FIELDS if f in config} | arm.train
-  if steps is not None:
-    schedule["total_steps"] = int(steps)
-  return harness.train_config(arm.rung, arm.task, arm.fields, **schedule)
-
-
 def retrain(module, size, arm_name, seeds=None, learning_rates=None, steps=None, log=print):
   """Trains `arm_name` of `module`'s design at `size`; returns the record retrain.json holds."""
   from jaxformer.train import sweep
@@ -91,7 +78,7 @@ def retrain(module, size, arm_name, seeds=None, learning_rates=None, steps=None,
   arm = arms[arm_name]
   seeds = tuple(seeds) if seeds else protocol.seed_sets(config)[1]
   rates = tuple(learning_rates or arm.learning_rates or config.learning_rates)
-  tc = train_config(config, arm, steps)
+  tc = protocol.arm_config(config, arm, steps)
   replicas = sweep.grid(seeds, rates, tuple(config.weight_decays))
   start = time.perf_counter()
   result = sweep.train(tc, replicas, log=lambda text: log(f"  {arm_name}: {text}"))

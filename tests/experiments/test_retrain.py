@@ -82,8 +82,8 @@ def test_a_retrained_arm_is_the_protocols_replica(tmp_path):
 def test_steps_replace_the_budget(tmp_path):
   config = fixed_memory.get_config("tiny")
   arm = retrain.arms_of(fixed_memory, config)[ARM]
-  assert retrain.train_config(config, arm).total_steps == config.total_steps
-  assert retrain.train_config(config, arm, steps=8).total_steps == 8
+  assert protocol.arm_config(config, arm).total_steps == config.total_steps
+  assert protocol.arm_config(config, arm, total_steps=8).total_steps == 8
 
 
 def test_without_arm_it_lists_the_designs_arms(capsys):
