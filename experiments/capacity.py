@@ -467,15 +467,20 @@ def walked(law, family):
   return bool(law.get("walk", False)) and family not in law.points
 
 
+def grid_points(law, family):
+  """Every (knob, K) point the design holds for `family`: its declared points, else its grid."""
+  if family in law.points:
+    return [tuple(p) for p in law.points[family]]
+  return [(knob, k) for k in law.pairs for knob in law.knobs[family]]
+
+
 def trained_points(law, family):
   """The (knob, K) points the design trains for `family` from the start: its declared points,
   its whole grid, or (a walked family) the walk's first point, the smallest knob at the
   smallest K."""
-  if family in law.points:
-    return [tuple(p) for p in law.points[family]]
   if walked(law, family):
     return [(min(law.knobs[family]), min(law.pairs))]
-  return [(knob, k) for k in law.pairs for knob in law.knobs[family]]
+  return grid_points(law, family)
 
 
 def _arm(law, model, family, knob, k):
@@ -512,11 +517,7 @@ def every_arm(law):
   (experiments/retrain.py offers them)."""
   out = []
   for family in (*law.claimed, *law.reported):
-    if family in law.points:
-      points = [tuple(p) for p in law.points[family]]
-    else:
-      points = [(knob, k) for k in law.pairs for knob in law.knobs[family]]
-    out += [_arm(law, family, family, knob, k) for knob, k in points]
+    out += [_arm(law, family, family, knob, k) for knob, k in grid_points(law, family)]
   for model, family, knob in everywhere(law):
     out += [_arm(law, model, family, knob, k) for k in pairs_of(law, model)]
   return out
