@@ -314,7 +314,7 @@ def arms(config):
 
 def every_arm(config):
   """arms(config) and, with the capacity part, every point of its law's grid."""
-  walked = capacity.every_arm(config.law) if config.capacity else []
+  walked = capacity.arms(config.law, whole_grid=True) if config.capacity else []
   named = {(a.model, a.setting) for a in walked}
   return [a for a in arms(config) if (a.model, a.setting) not in named] + walked
 

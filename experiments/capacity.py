@@ -499,25 +499,15 @@ def _arm(law, model, family, knob, k):
   )
 
 
-def arms(law):
+def arms(law, whole_grid=False):
   """protocol.Arm per point trained from the start: model = family (or ATTENTION_ARM /
   FALSIFICATION_ARM for the two arms read at every K), setting = setting(law, family, knob,
-  K). A walked family's further points come from `next_arms`."""
+  K). A walked family's further points come from `next_arms`. With `whole_grid`, every point
+  the design holds, not only those a walk trains first (experiments/retrain.py offers them)."""
+  points = grid_points if whole_grid else trained_points
   out = []
   for family in (*law.claimed, *law.reported):
-    out += [_arm(law, family, family, knob, k) for knob, k in trained_points(law, family)]
-  for model, family, knob in everywhere(law):
-    out += [_arm(law, model, family, knob, k) for k in pairs_of(law, model)]
-  return out
-
-
-def every_arm(law):
-  """Every arm the design can train, not only those a walk visited: each family's every
-  (knob, K) of its grid (or its declared points), and the arms read at every K
-  (experiments/retrain.py offers them)."""
-  out = []
-  for family in (*law.claimed, *law.reported):
-    out += [_arm(law, family, family, knob, k) for knob, k in grid_points(law, family)]
+    out += [_arm(law, family, family, knob, k) for knob, k in points(law, family)]
   for model, family, knob in everywhere(law):
     out += [_arm(law, model, family, knob, k) for k in pairs_of(law, model)]
   return out

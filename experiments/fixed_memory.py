@@ -223,7 +223,7 @@ def arms(config):
 
 
 def every_arm(config):
-  return capacity.every_arm(config.law)
+  return capacity.arms(config.law, whole_grid=True)
 
 
 def next_arms(config, views):

@@ -11,7 +11,7 @@ ARM = "linear_attention @ head_dim=4 K=2 L=16"  # an arm of fixed_memory's tiny 
 
 def test_every_arm_of_a_walked_law_is_its_whole_grid_and_the_arms_read_at_every_k():
   law = fixed_memory.get_config("full").law
-  settings = {(a.model, a.setting) for a in capacity.every_arm(law)}
+  settings = {(a.model, a.setting) for a in capacity.arms(law, whole_grid=True)}
   grid = {
     (family, capacity.setting(law, family, knob, k))
     for family in law.claimed
@@ -28,7 +28,7 @@ def test_every_arm_of_a_walked_law_is_its_whole_grid_and_the_arms_read_at_every_
   assert settings == grid | attention | falsification
   # the walk's first arms are among them, as the protocol builds them
   first = {(a.model, a.setting): a for a in capacity.arms(law)}
-  every = {(a.model, a.setting): a for a in capacity.every_arm(law)}
+  every = {(a.model, a.setting): a for a in capacity.arms(law, whole_grid=True)}
   assert all(every[key] == arm for key, arm in first.items())
 
 
@@ -37,7 +37,7 @@ def test_beyond_offers_its_needle_arms_and_its_law_each_once():
   names = [(a.model, a.setting) for a in beyond.every_arm(config)]
   assert len(names) == len(set(names))
   assert set(names) >= {(a.model, a.setting) for a in beyond.arms(config)}
-  assert set(names) >= {(a.model, a.setting) for a in capacity.every_arm(config.law)}
+  assert set(names) >= {(a.model, a.setting) for a in capacity.arms(config.law, whole_grid=True)}
 
 
 def test_a_retrained_arm_is_the_protocols_replica(tmp_path):
@@ -89,7 +89,7 @@ def test_steps_replace_the_budget(tmp_path):
 def test_without_arm_it_lists_the_designs_arms(capsys):
   assert retrain.main(["--experiment=fixed_memory", "--size=full"]) == 0
   out = capsys.readouterr().out
-  for arm in capacity.every_arm(fixed_memory.get_config("full").law):
+  for arm in capacity.arms(fixed_memory.get_config("full").law, whole_grid=True):
     assert f"  {arm.model} @ {arm.setting}\n" in out
 
 
