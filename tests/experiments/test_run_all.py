@@ -128,6 +128,28 @@ def test_the_longest_experiment_starts_first(tmp_path):
   assert run_all.longest_first(names, "quick", str(tmp_path)) == ["cache", "mlp_memory", "heads"]
 
 
+def test_an_experiment_that_times_the_cpu_runs_alone_after_the_others(tmp_path, monkeypatch):
+  calls = []
+
+  def parallel(names, size, workdir, jobs, on_result, module_paths=None):
+    calls.append((list(names), jobs))
+    out = []
+    for name in names:
+      module = types.SimpleNamespace(NAME=name, CLAIM="")
+      out.append(run_all.crashed(module, size, RuntimeError("stand-in")))
+      on_result(name, out[-1])
+    return out
+
+  monkeypatch.setattr(run_all, "run_parallel", parallel)
+  monkeypatch.setattr(run_all, "lay_over_cores", lambda count, jobs: None)
+  only = "beyond,fixed_memory,heads"
+  run_all.main(["--only", only, "--size", "tiny", "--jobs", "2", "--workdir", str(tmp_path)])
+  assert run_all.ALONE == ("beyond",)
+  assert calls == [(["fixed_memory", "heads"], 2), (["beyond"], 1)]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert [r["experiment"] for r in results] == ["beyond", "fixed_memory", "heads"]  # as asked
+
+
 def test_two_experiments_in_two_worker_processes(tmp_path, capfd):
   """The parallel path of `make run`: spawned workers running declared experiments through the
   protocol, results in the order asked for, every worker's lines prefixed with its name, a
