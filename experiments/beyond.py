@@ -292,7 +292,9 @@ def capacity_law(size):
   return law
 
 
-def arms(config):
+def arms(config, whole_grid=False):
+  """The needle's arms and, with the capacity part, its law's (capacity.arms; `whole_grid`:
+  every point of the law's grid, not only those its walk trains first)."""
   out = []
   for name, (fields, _) in needle_models(config).items():
     for d in config.distances:
@@ -308,15 +310,12 @@ def arms(config):
         )
       )
   if config.capacity:
-    out += capacity.arms(config.law)
+    out += capacity.arms(config.law, whole_grid)
   return out
 
 
 def every_arm(config):
-  """arms(config) and, with the capacity part, every point of its law's grid."""
-  walked = capacity.arms(config.law, whole_grid=True) if config.capacity else []
-  named = {(a.model, a.setting) for a in walked}
-  return [a for a in arms(config) if (a.model, a.setting) not in named] + walked
+  return arms(config, whole_grid=True)
 
 
 def next_arms(config, views):

@@ -38,11 +38,6 @@ GiB = compile_only.GiB
 REPORT_FILE = compile_only.REPORT_FILE
 
 
-def arm_config(config, arm):
-  """The training config protocol.train_arm trains `arm` with (its first budget)."""
-  return protocol.arm_config(config, arm)
-
-
 def program_key(config, n, sizes):
   """The key under which jaxformer.train.sweep caches an arm's programs: arms that share it
   run one compiled program."""
@@ -86,7 +81,7 @@ def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print, limit=
   }
   todo = []
   for arm in arms:
-    tc = arm_config(config, arm)
+    tc = protocol.arm_config(config, arm)
     n = len(protocol.replicas(config, arm))
     sizes = compile_only.task_sizes(tc)
     todo.append((f"{arm.model} @ {arm.setting}", tc, n, sizes))

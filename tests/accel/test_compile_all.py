@@ -140,9 +140,9 @@ def test_a_limit_compiles_the_largest_arms_first_and_counts_the_rest(tmp_path):
   assert report["arms_total"] == len(arms) > 1 and report["compiled"] == 1
   works = {
     f"{a.model} @ {a.setting}": compile_all.work(
-      compile_all.arm_config(config, a),
+      protocol.arm_config(config, a),
       len(protocol.replicas(config, a)),
-      compile_only.task_sizes(compile_all.arm_config(config, a)),
+      compile_only.task_sizes(protocol.arm_config(config, a)),
     )
     for a in arms
   }

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import compile_all, param_explosion, protocol, report
+from experiments import param_explosion, protocol, report
 from jaxformer import ladder
 from tests.experiments.judge import judge
 
@@ -97,7 +97,7 @@ def test_the_cost_per_token_of_full_grows_faster():
   def per_token(name):
     values = []
     for width in widths:
-      tc = compile_all.arm_config(config, arms[param_explosion.cost_arm(config, name, width)])
+      tc = protocol.arm_config(config, arms[param_explosion.cost_arm(config, name, width)])
       flops = param_explosion.flops_per_step(types.SimpleNamespace(config=tc))
       values.append(flops / (tc.batch_size * tc.model.max_len))
     return param_explosion.exponent(widths, values)
