@@ -61,11 +61,13 @@ class RecurrentMixer(nn.Module):
   width: int
   cell: str = "lstm"
   hidden: int = 64  # N
+  forget_bias: float = 0.0  # the LSTM forget gate's initial bias (steps.s1_fixed_memory)
 
   @nn.compact
   def __call__(self, x_BLD, decode=False):
     # K: the cell's N hidden units (the inner width, as a head's rank is attention's)
-    h_BLK = Recurrent(cell=self.cell, width=self.hidden, name="cell")(x_BLD, decode=decode)
+    cell = Recurrent(cell=self.cell, width=self.hidden, forget_bias=self.forget_bias, name="cell")
+    h_BLK = cell(x_BLD, decode=decode)
     wo_KD = param(self, "wo", (self.hidden, self.width), (axes.MLP, axes.EMBED))
     return jnp.einsum("BLK,KD->BLD", h_BLK, wo_KD.astype(h_BLK.dtype))
 
@@ -93,10 +95,11 @@ FAMILIES = {
 }
 
 
-def model_fields(family, knob, width, vocab_size, max_len, num_layers=2):
-  """The `custom` rung's model fields of `family` at `knob` in the shell of width `width`."""
+def model_fields(family, knob, width, vocab_size, max_len, num_layers=2, mixer_fields=None):
+  """The `custom` rung's model fields of `family` at `knob` in the shell of width `width`;
+  `mixer_fields` ({field: value}) set the mixer's other fields beyond the family's own."""
   family = FAMILIES[family] if isinstance(family, str) else family
-  mixer = dict(family.fields)
+  mixer = dict(family.fields) | dict(mixer_fields or {})
   if family.knob == "d_model":
     width = knob
   else:
@@ -412,6 +415,8 @@ def default_law():
   c.schedule = {}
   c.learning_rates = None
   c.step_cap = None  # None: the experiment's step_cap
+  # (optional) c.mixer_fields = {family: {field: value}}: a family's other mixer fields (e.g.
+  # the LSTM's forget_bias); absent, as in the designs registered before it, the defaults
   return c
 
 
@@ -483,16 +488,25 @@ def trained_points(law, family):
   return grid_points(law, family)
 
 
+def law_fields(law, family, knob):
+  """The model fields of `family` at `knob` in the law's shell, with the mixer fields the
+  design sets for that family (`law.mixer_fields`, optional: absent in the designs registered
+  before it)."""
+  extra = dict(law.get("mixer_fields", {}) or {}).get(family)
+  return model_fields(
+    family, knob, law.width, law.vocab_size, law.seq_len, law.num_layers, mixer_fields=extra
+  )
+
+
 def _arm(law, model, family, knob, k):
   from experiments import protocol
 
-  fields = model_fields(family, knob, law.width, law.vocab_size, law.seq_len, law.num_layers)
   return protocol.Arm(
     model,
     setting(law, family, knob, k),
     "custom",
     task(law, k),
-    fields,
+    law_fields(law, family, knob),
     train=dict(law.schedule),
     learning_rates=tuple(law.learning_rates) if law.learning_rates else None,
     step_cap=law.step_cap,
@@ -549,10 +563,9 @@ def _count_states(law):
   for _, family, knob in everywhere(law):
     named[family] = tuple(sorted({*named.get(family, ()), knob}))
   for family, knobs in named.items():
-    fields = lambda knob, f=family: model_fields(  # noqa: E731
-      f, knob, law.width, law.vocab_size, law.seq_len, law.num_layers
-    )
-    out[family] = {str(knob): state_floats(build(fields(knob)), law.seq_len) for knob in knobs}
+    out[family] = {
+      str(knob): state_floats(build(law_fields(law, family, knob)), law.seq_len) for knob in knobs
+    }
   return out
 
 

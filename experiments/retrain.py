@@ -13,7 +13,17 @@ the design's arms (a name the design does not hold is an error naming the neares
 capacity law (fixed_memory, beyond) offers every point of its grid, not only those its walk
 visited.
 --seeds defaults to the design's confirmatory seeds, --learning_rates to the arm's grid,
---steps to the arm's first budget. The replicas are laid over the host's cores as the
+--steps to the arm's first budget. --set PATH=VALUE (repeatable) asks "what if the design
+had ...": it sets a field of the design's config (a Python literal; PATH dotted, a new leaf
+allowed under an existing field), e.g. the LSTM's forget-gate bias in fixed_memory's law:
+
+  python -m experiments.retrain --experiment fixed_memory --size full \
+    --arm "lstm @ hidden=64 K=8 L=32" --steps 6000 --learning_rates 0.004642 \
+    --set 'law.mixer_fields={"lstm": {"forget_bias": 1.0}}' --workdir runs/forget_bias
+
+A setting that leaves the arm's model, task and training config as they were is an error
+naming it (a misspelt field changes nothing); retrain.json records the settings, and a
+retrained arm with any is not the design's. The replicas are laid over the host's cores as the
 experiment's own command lays them, so at the design's seeds, rate and first budget each one
 is the protocol's replica, evaluation for evaluation. Under "wsd" a run of N steps has the
 schedule of the protocol's run grown to N, but where the protocol grew it from a budget of at
@@ -26,6 +36,8 @@ chance-adjusted) and WORKDIR/retrain.png (validation accuracy against steps, one
 replica).
 """
 
+import ast
+import copy
 import difflib
 import json
 import os
@@ -46,6 +58,13 @@ def _define(values, argv):
   define("list", "learning_rates", None, "Peak learning rates (default: the arm's grid).")
   define("integer", "steps", None, "Step budget (default: the arm's first budget).", lower_bound=1)
   define("string", "workdir", "runs/retrain", "Where retrain.json and retrain.png go.")
+  define(
+    "multi_string",
+    "set",
+    [],
+    "PATH=VALUE: a field of the design's config, VALUE a Python literal (repeatable), e.g. "
+    '--set \'law.mixer_fields={"lstm": {"forget_bias": 1.0}}\'.',
+  )
 
 
 def arms_of(module, config):
@@ -62,11 +81,60 @@ def _numbers(name, texts, kind):
     cli.usage_error(f"--{name}={','.join(texts)}: expected {kind.__name__} values")
 
 
-def retrain(module, size, arm_name, seeds=None, learning_rates=None, steps=None, log=print):
-  """Trains `arm_name` of `module`'s design at `size`; returns the record retrain.json holds."""
+def setting(text):
+  """(path, value) of one --set PATH=VALUE; VALUE a Python literal."""
+  path, eq, value = text.partition("=")
+  if not eq or not path.strip():
+    raise cli.UsageError(f"--set={text}: expected PATH=VALUE")
+  try:
+    return path.strip(), ast.literal_eval(value.strip())
+  except (ValueError, SyntaxError):
+    raise cli.UsageError(
+      f"--set={text}: VALUE must be a Python literal (a string is quoted: 'name')"
+    ) from None
+
+
+def overridden(config, settings):
+  """A copy of `config` with each (path, value) of `settings` set; a path whose parent is not
+  a field of the config is an error naming it."""
+  config = copy.deepcopy(config)
+  for path, value in settings:
+    *parents, leaf = path.split(".")
+    node = config
+    for i, name in enumerate(parents):
+      if not hasattr(node, "keys") or name not in node:
+        raise cli.UsageError(f"--set {path}: {'.'.join(parents[: i + 1])} is not a design field")
+      node = node[name]
+    if not hasattr(node, "keys"):
+      raise cli.UsageError(f"--set {path}: {'.'.join(parents)} has no fields")
+    try:
+      node[leaf] = value
+    except (TypeError, ValueError) as e:
+      raise cli.UsageError(f"--set {path}: {cli.first_line(e)}") from None
+  return config
+
+
+def _what_trains(module, config, arm_name, steps):
+  """What a retrain of `arm_name` under `config` trains: the arm's model, task and training
+  config, and the seeds, rates and weight decays it defaults to."""
+  arm = arms_of(module, config).get(arm_name)
+  if arm is None:
+    return None
+  tc = protocol.arm_config(config, arm, steps)
+  rates = arm.learning_rates or config.learning_rates
+  seeds = protocol.seed_sets(config)[1]
+  return (arm.rung, arm.task, arm.fields, tc.to_json(), seeds, rates, config.weight_decays)
+
+
+def retrain(
+  module, size, arm_name, seeds=None, learning_rates=None, steps=None, settings=(), log=print
+):
+  """Trains `arm_name` of `module`'s design at `size`, with the config `settings` ((path,
+  value), ...: `overridden`); returns the record retrain.json holds."""
   from jaxformer.train import sweep
 
-  config = module.get_config(size)
+  design = module.get_config(size)
+  config = overridden(design, settings) if settings else design
   arms = arms_of(module, config)
   if arm_name not in arms:
     near = difflib.get_close_matches(arm_name, list(arms), n=1)
@@ -76,13 +144,17 @@ def retrain(module, size, arm_name, seeds=None, learning_rates=None, steps=None,
       "the command lists them)"
     )
   arm = arms[arm_name]
+  before = _what_trains(module, design, arm_name, steps)
+  for path, value in settings:  # each must change what trains (a misspelt field would not)
+    if before == _what_trains(module, overridden(design, [(path, value)]), arm_name, steps):
+      raise cli.UsageError(f"--set {path}: changes nothing the arm {arm_name!r} trains")
   seeds = tuple(seeds) if seeds else protocol.seed_sets(config)[1]
   rates = tuple(learning_rates or arm.learning_rates or config.learning_rates)
   tc = protocol.arm_config(config, arm, steps)
   replicas = sweep.grid(seeds, rates, tuple(config.weight_decays))
   start = time.perf_counter()
   result = sweep.train(tc, replicas, log=lambda text: log(f"  {arm_name}: {text}"))
-  design = protocol.design(module, size) if protocol.registered(module) else None
+  registered = protocol.design(module, size) if protocol.registered(module) else None
   rows = []
   for run in result.runs:
     final = run.final()
@@ -102,7 +174,8 @@ def retrain(module, size, arm_name, seeds=None, learning_rates=None, steps=None,
     "experiment": module.NAME,
     "size": size,
     "version": int(module.VERSION),
-    "design_hash": design.hash[:12] if design else None,
+    "design_hash": registered.hash[:12] if registered else None,
+    "settings": {path: value for path, value in settings},
     "commit": protocol.commit(),
     "arm": arm_name,
     "total_steps": int(tc.total_steps),
@@ -133,11 +206,12 @@ def plot(record, workdir):
       label=f"seed {r['seed']}, lr {r['learning_rate']:g}",
     )
   ax.axhline(record["chance"], color="gray", linestyle=":", linewidth=1)
+  changed = ", ".join(f"{path}={value}" for path, value in record.get("settings", {}).items())
   ax.set(
     xlabel="step",
     ylabel="validation accuracy (raw)",
     title=f"{record['experiment']} v{record['version']} ({record['size']}), retrained: "
-    f"{record['arm']}",
+    f"{record['arm']}" + (f"\nwith {changed}" if changed else ""),
   )
   ax.title.set_fontsize(9)
   ax.legend(fontsize=7, ncol=2)
@@ -158,8 +232,13 @@ def main(argv=None):
   )
   if rates and not all(r > 0 for r in rates):
     cli.usage_error(f"--learning_rates={values.learning_rates}: each must be > 0")
+  try:
+    settings = [setting(text) for text in values.set]
+    config = overridden(module.get_config(values.size), settings)
+  except cli.UsageError as e:
+    cli.usage_error(cli.first_line(e))
   if not values.arm:
-    arms = arms_of(module, module.get_config(values.size))
+    arms = arms_of(module, config)
     print(f"{module.NAME} at size={values.size}: {len(arms)} arm(s)")
     for name in arms:
       print(f"  {name}")
@@ -172,7 +251,7 @@ def main(argv=None):
 
   compile_cache.enable()
   try:
-    record = retrain(module, values.size, values.arm, seeds, rates, values.steps)
+    record = retrain(module, values.size, values.arm, seeds, rates, values.steps, settings)
   except cli.usage_error_types() as e:
     cli.usage_error(cli.first_line(e))
   os.makedirs(values.workdir, exist_ok=True)

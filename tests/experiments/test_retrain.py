@@ -126,3 +126,75 @@ def test_it_lays_the_replicas_over_the_cores_as_an_experiments_own_command_does(
   with pytest.raises(SystemExit):
     retrain.main(["--experiment=fixed_memory", "--size=tiny", f"--arm={ARM}"])
   assert calls == [(0, 1)]
+
+
+def test_set_changes_the_design_for_the_retrain_and_is_recorded(tmp_path):
+  """--set asks "what if the design had ...": the LSTM's forget-gate bias of fixed_memory's
+  law reaches the arm's model, the record names the setting, and the arm is otherwise the
+  design's."""
+  config = fixed_memory.get_config("full")
+  name = "lstm @ hidden=16 K=2 L=32"
+  mixer = {"lstm": {"forget_bias": 1.0}}
+  changed = retrain.overridden(config, [("law.mixer_fields", mixer)])
+  before, after = (
+    retrain.arms_of(fixed_memory, config)[name],
+    retrain.arms_of(fixed_memory, changed)[name],
+  )
+  assert json.loads(after.fields["mixer_fields"])["forget_bias"] == 1.0
+  assert "forget_bias" not in json.loads(before.fields["mixer_fields"])
+  assert {k: v for k, v in after.fields.items() if k != "mixer_fields"} == {
+    k: v for k, v in before.fields.items() if k != "mixer_fields"
+  }
+  assert "mixer_fields" not in config.law  # the design itself is untouched
+  # the bias reaches the model: the forget gate's slice starts at 1, the others at 0
+  model = capacity.build(after.fields)
+  import jax
+  import jax.numpy as jnp
+
+  params = model.init(jax.random.key(0), jnp.zeros((1, 32), jnp.int32))["params"]
+  biases = [np.asarray(getattr(b, "value", b)) for p, b in _leaves(params) if p.endswith("/b")]
+  assert biases and all(
+    (b[16:32] == 1).all() and (b[:16] == 0).all() and (b[32:] == 0).all() for b in biases
+  )
+  # end to end at the tiny size: retrain.json records the setting
+  code = retrain.main(
+    [
+      "--experiment=fixed_memory",
+      "--size=tiny",
+      f"--arm={ARM}",
+      "--seeds=0",
+      "--learning_rates=0.003",
+      "--set=law.num_test_examples=16",
+      f"--workdir={tmp_path}",
+    ]
+  )
+  assert code == 0
+  record = json.load(open(tmp_path / "retrain.json"))
+  assert record["settings"] == {"law.num_test_examples": 16}
+
+
+def _leaves(tree, prefix=""):
+  for key, value in tree.items():
+    path = f"{prefix}/{key}"
+    if hasattr(value, "items"):
+      yield from _leaves(value, path)
+    else:
+      yield path, value
+
+
+@pytest.mark.parametrize(
+  "setting, field",
+  [
+    ("law.mixer_field={'lstm': {'forget_bias': 1.0}}", "law.mixer_field"),  # misspelt
+    ("lawx.seq_len=16", "lawx"),
+    ("law.seq_len=sixteen", "law.seq_len"),
+    ("law.seq_len", "law.seq_len"),
+    ("law.seq_len='16'", "law.seq_len"),  # an int field given a string
+  ],
+)
+def test_a_bad_setting_is_one_error_naming_it(setting, field, capsys):
+  with pytest.raises(SystemExit) as e:
+    retrain.main(["--experiment=fixed_memory", "--size=tiny", f"--arm={ARM}", f"--set={setting}"])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error:") and field in err[0], err

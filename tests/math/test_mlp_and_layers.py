@@ -90,3 +90,25 @@ class RecurrentTest(chex.TestCase):
     _, h2 = run(cell, params, x.at[:, 4].set(0.0))
     chex.assert_trees_all_close(h[:, :4], h2[:, :4])
     self.assertGreater(float(jnp.abs(h[:, 4:] - h2[:, 4:]).max()), 1e-4)
+
+  def test_forget_bias_starts_the_lstm_forget_gate_open(self):
+    """forget_bias sets the forget gate's initial bias (gates i, f, g, o), nothing else: with
+    zero inputs and state, the untrained cell keeps sigmoid(b_f) of its memory per step."""
+    from jaxformer.steps.s1_fixed_memory import Recurrent
+
+    x = jnp.ones((2, 5, 3))
+    p0 = Recurrent(cell="lstm", width=4).init(jax.random.key(0), x)["params"]
+    p1 = Recurrent(cell="lstm", width=4, forget_bias=1.0).init(jax.random.key(0), x)["params"]
+    b = np.asarray(p1["b"].value)
+    np.testing.assert_array_equal(b, np.r_[np.zeros(4), np.ones(4), np.zeros(8)])
+    np.testing.assert_array_equal(np.asarray(p0["b"].value), np.zeros(16))
+    for name in ("wx", "wh"):  # the same weights either way
+      np.testing.assert_array_equal(p0[name].value, p1[name].value)
+    params = {k: v.value for k, v in p1.items()}
+    params["wx"], params["wh"] = jnp.zeros_like(params["wx"]), jnp.zeros_like(params["wh"])
+    carry = (jnp.zeros((1, 4)), jnp.ones((1, 4)))
+    (_, c), _ = recurrent.lstm(params, carry, jnp.zeros((1, 3)))
+    # c = sigmoid(1) * 1 + sigmoid(0) * tanh(0)
+    np.testing.assert_allclose(c, jax.nn.sigmoid(1.0) * np.ones((1, 4)), rtol=1e-6)
+    with self.assertRaisesRegex(ValueError, "forget_bias"):
+      Recurrent(cell="gru", width=4, forget_bias=1.0).init(jax.random.key(0), x)
