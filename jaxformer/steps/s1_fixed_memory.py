@@ -8,9 +8,9 @@ Fix (Bahdanau et al. 2015): keep every state and read from all of them; the
 Decoding (`decode=True`) keeps the carry in the 'cache' collection and continues from it;
 a row's left padding (`pad_B`) leaves the carry untouched.
 `forget_bias` (LSTM only) initializes the forget gate's bias: at 0 (the default) the
-untrained cell keeps sigmoid(0) = 1/2 of its memory per step, so what it read 10 tokens
-back is scaled by 2^-10 and its gradient vanishes as fast; Gers, Schmidhuber & Cummins 2000
-and Jozefowicz, Zaremba & Sutskever 2015 start it at 1 (e^-0.31 per step).
+untrained cell keeps about sigmoid(0) = 1/2 of its memory per step, so what it read 10
+tokens back is scaled by about 2^-10, and its gradient as much; Gers, Schmidhuber &
+Cummins 2000 and Jozefowicz, Zaremba & Sutskever 2015 start it at 1 (e^-0.31 per step).
 Reference: Hochreiter & Schmidhuber 1997; Bahdanau, Cho & Bengio 2015.
 """
 

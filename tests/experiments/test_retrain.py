@@ -1,6 +1,8 @@
 import json
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -148,9 +150,6 @@ def test_set_changes_the_design_for_the_retrain_and_is_recorded(tmp_path):
   assert "mixer_fields" not in config.law  # the design itself is untouched
   # the bias reaches the model: the forget gate's slice starts at 1, the others at 0
   model = capacity.build(after.fields)
-  import jax
-  import jax.numpy as jnp
-
   params = model.init(jax.random.key(0), jnp.zeros((1, 32), jnp.int32))["params"]
   biases = [np.asarray(getattr(b, "value", b)) for p, b in _leaves(params) if p.endswith("/b")]
   assert biases and all(
