@@ -21,8 +21,8 @@ allowed under an existing field), e.g. the LSTM's forget-gate bias in fixed_memo
     --arm "lstm @ hidden=64 K=8 L=32" --steps 6000 --learning_rates 0.004642 \
     --set 'law.mixer_fields={"lstm": {"forget_bias": 1.0}}' --workdir runs/forget_bias
 
-A setting that leaves the arm's model, task and training config as they were is an error
-naming it (a misspelt field changes nothing); retrain.json records the settings, and a
+A setting that, given the others, leaves the arm's model, task and training config as they
+were is an error naming it (a misspelt field changes nothing); retrain.json records the settings, and a
 retrained arm with any is not the design's. The replicas are laid over the host's cores as the
 experiment's own command lays them, so at the design's seeds, rate and first budget each one
 is the protocol's replica, evaluation for evaluation. Under "wsd" a run of N steps has the
@@ -134,6 +134,7 @@ def retrain(
   from jaxformer.train import sweep
 
   design = module.get_config(size)
+  settings = list(settings)
   config = overridden(design, settings) if settings else design
   arms = arms_of(module, config)
   if arm_name not in arms:
@@ -144,9 +145,16 @@ def retrain(
       "the command lists them)"
     )
   arm = arms[arm_name]
-  before = _what_trains(module, design, arm_name, steps)
-  for path, value in settings:  # each must change what trains (a misspelt field would not)
-    if before == _what_trains(module, overridden(design, [(path, value)]), arm_name, steps):
+  with_all = _what_trains(module, config, arm_name, steps)
+  for i, (path, _) in enumerate(settings):  # each must matter, given the others (a misspelt
+    # field would not)
+    try:
+      without = _what_trains(
+        module, overridden(design, settings[:i] + settings[i + 1 :]), arm_name, steps
+      )
+    except ValueError:  # the others alone are no valid design: this one is needed
+      continue
+    if without == with_all:
       raise cli.UsageError(f"--set {path}: changes nothing the arm {arm_name!r} trains")
   seeds = tuple(seeds) if seeds else protocol.seed_sets(config)[1]
   rates = tuple(learning_rates or arm.learning_rates or config.learning_rates)

@@ -197,3 +197,36 @@ def test_a_bad_setting_is_one_error_naming_it(setting, field, capsys):
   assert e.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("error:") and field in err[0], err
+
+
+def test_settings_that_make_an_arm_together_each_count(monkeypatch):
+  """An arm the design lacks can need several settings at once (a longer L, a larger V and
+  K): each is judged given the others, so none is "changes nothing" for want of the rest,
+  and one that matters with none of them still is."""
+  from jaxformer.train import sweep
+
+  settings = [("law.seq_len", 64), ("law.vocab_size", 64), ("law.pairs", (2, 4, 8, 16))]
+  name = "linear_attention @ head_dim=8 K=16 L=64"
+  full = fixed_memory.get_config("full")
+  # without L = 64 or V = 64 the design is invalid (K = 16 needs both); without K = 16 in the
+  # grid the arm is not there
+  for i, field in ((0, "seq_len"), (1, "vocab_size")):
+    with pytest.raises(ValueError, match=field):
+      retrain.arms_of(fixed_memory, retrain.overridden(full, settings[:i] + settings[i + 1 :]))
+  assert (
+    retrain._what_trains(fixed_memory, retrain.overridden(full, settings[:2]), name, 10) is None
+  )
+  seen = {}
+
+  def stop(config, replicas, log):
+    seen["task"] = config.task
+    raise cli.UsageError("stopped before training")
+
+  monkeypatch.setattr(sweep, "train", stop)
+  with pytest.raises(cli.UsageError, match="stopped"):
+    retrain.retrain(fixed_memory, "full", name, [100], [1e-3], 10, settings)
+  assert "num_kv_pairs=16" in seen["task"] and "seq_len=64" in seen["task"]
+  with pytest.raises(cli.UsageError, match="law.data_seed"):  # changes nothing, given them
+    retrain.retrain(
+      fixed_memory, "full", name, [100], [1e-3], 10, [*settings, ("law.data_seed", 0)]
+    )
