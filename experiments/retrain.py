@@ -22,13 +22,14 @@ allowed under an existing field), e.g. the LSTM's forget-gate bias in fixed_memo
     --set 'law.mixer_fields={"lstm": {"forget_bias": 1.0}}' --workdir runs/forget_bias
 
 A setting that, given the others, leaves the arm's model, task and training config as they
-were is an error naming it (a misspelt field changes nothing); retrain.json records the settings, and a
-retrained arm with any is not the design's. The replicas are laid over the host's cores as the
-experiment's own command lays them, so at the design's seeds, rate and first budget each one
-is the protocol's replica, evaluation for evaluation. Under "wsd" a run of N steps has the
-schedule of the protocol's run grown to N, but where the protocol grew it from a budget of at
-most sweep.FAST_COMPILE_STEPS (compiled with other options on a CPU) the rounding differs,
-and at a rate at the edge of stability that can change where a replica goes.
+were is an error naming it (a misspelt field changes nothing); retrain.json records the
+settings, and a retrained arm with any is not the design's. The replicas are laid over the
+host's cores as the experiment's own command lays them, so at the design's seeds, rate and
+first budget each one is the protocol's replica, evaluation for evaluation. Under "wsd" a run
+of N steps has the schedule of the protocol's run grown to N, but where the protocol grew it
+from a budget of at most sweep.FAST_COMPILE_STEPS (compiled with other options on a CPU) the
+rounding differs, and at a rate at the edge of stability that can change where a replica
+goes.
 
 Writes WORKDIR/retrain.json (the arm, the design's version and hash, the commit, and per
 replica its validation curve, stop reason, steps, and final eval accuracy raw and
