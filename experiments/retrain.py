@@ -115,6 +115,12 @@ def overridden(config, settings):
   return config
 
 
+def _defaults(config, arm):
+  """(seeds, learning rates) a retrain of `arm` trains without --seeds / --learning_rates:
+  the design's confirmatory seeds and the arm's grid."""
+  return tuple(protocol.seed_sets(config)[1]), tuple(arm.learning_rates or config.learning_rates)
+
+
 def _what_trains(module, config, arm_name, steps):
   """What a retrain of `arm_name` under `config` trains: the arm's model, task and training
   config, and the seeds, rates and weight decays it defaults to."""
@@ -122,9 +128,14 @@ def _what_trains(module, config, arm_name, steps):
   if arm is None:
     return None
   tc = protocol.arm_config(config, arm, steps)
-  rates = arm.learning_rates or config.learning_rates
-  seeds = protocol.seed_sets(config)[1]
-  return (arm.rung, arm.task, arm.fields, tc.to_json(), seeds, rates, config.weight_decays)
+  return (
+    arm.rung,
+    arm.task,
+    arm.fields,
+    tc.to_json(),
+    *_defaults(config, arm),
+    config.weight_decays,
+  )
 
 
 def retrain(
@@ -157,8 +168,9 @@ def retrain(
       continue
     if without == with_all:
       raise cli.UsageError(f"--set {path}: changes nothing the arm {arm_name!r} trains")
-  seeds = tuple(seeds) if seeds else protocol.seed_sets(config)[1]
-  rates = tuple(learning_rates or arm.learning_rates or config.learning_rates)
+  default_seeds, default_rates = _defaults(config, arm)
+  seeds = tuple(seeds) if seeds else default_seeds
+  rates = tuple(learning_rates) if learning_rates else default_rates
   tc = protocol.arm_config(config, arm, steps)
   replicas = sweep.grid(seeds, rates, tuple(config.weight_decays))
   start = time.perf_counter()
