@@ -27,7 +27,6 @@ from jax.experimental import multihost_utils
 
 from jaxformer import data, ladder
 from jaxformer.interop import finetune
-from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from jaxformer.train import sharding
@@ -43,8 +42,8 @@ class NonFiniteError(RuntimeError):
 
 class Hooks:
   """Named points of a training run where a caller may act (train's `hooks`), in the order the
-  loop reaches them; each does nothing here. jaxformer.train.faults.Faults, the reliability
-  tests' crashes (JAXFORMER_FAULT_AT), is the one that acts."""
+  loop reaches them; each does nothing here. A caller subclasses it and overrides the points it
+  acts on (the reliability tests' fault injection, tests/reliability/faults.py, is one)."""
 
   def started(self, step):
     """The state is created (step 0) or restored (its step), before the first step compiles."""
@@ -72,8 +71,8 @@ def train(config, workdir=None, profile_steps=0, hooks=None):
   profile_steps > 0 (needs a workdir): a `jax.profiler` trace of that many steps, from the
   step after the first (which compiles), in WORKDIR/profile: TensorBoard's profile plugin
   reads it (`tensorboard --logdir WORKDIR/profile`), and the `*.trace.json.gz` beside it
-  opens in ui.perfetto.dev. hooks: a Hooks (default: faults.Faults(), inert unless
-  JAXFORMER_FAULT_AT is set).
+  opens in ui.perfetto.dev. hooks: a Hooks, called at its points (default: Hooks(), which
+  does nothing).
 
   Summary: steps (run by this call), first_step, final_step, losses (per step of this call),
   final/best eval_loss and eval_accuracy, evals [(step, loss, accuracy)], steps_per_sec,
@@ -96,7 +95,7 @@ def train(config, workdir=None, profile_steps=0, hooks=None):
     # From here on SIGTERM asks for a clean stop, even before the first step (data, restore,
     # compilation): the loop then saves the state it has and returns `preempted`.
     preempted = stack.enter_context(_preemption_watch(enabled=workdir is not None))
-    hooks = faults_lib.Faults() if hooks is None else hooks
+    hooks = Hooks() if hooks is None else hooks
     return _train(config, workdir, profile_steps, preempted, hooks)
 
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 
 from tests import launcher
+from tests.reliability import faults
 from tests.train.train_helpers import REPO, env, main_command
 
 STEPS, SAVE_EVERY, EVAL_EVERY = 12, 3, 4
@@ -36,16 +37,18 @@ def run_env(data_dir, cache_dir=None, fault=None, devices=1):
       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": 0,
       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": 0,
     }
-  if fault is not None:
-    extra["JAXFORMER_FAULT_AT"] = fault
   out = env(data_dir, devices=devices, **extra)
-  if fault is None:
-    out.pop("JAXFORMER_FAULT_AT", None)
+  out.pop(faults.ENV, None)
+  if fault is not None:
+    out[faults.ENV] = fault
   return out
 
 
 def start(cmd, data_dir, **env_args):
-  """Popen of `cmd` in the repository with run_env(data_dir, **env_args)."""
+  """Popen of `cmd` in the repository with run_env(data_dir, **env_args); with a `fault`
+  (JAXFORMER_FAULT_AT's phase:step[,...]), through the faults launcher (faults.command)."""
+  if env_args.get("fault") is not None:
+    cmd = faults.command(cmd)
   return launcher.Popen(
     cmd,
     env=run_env(data_dir, **env_args),

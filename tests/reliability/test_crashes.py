@@ -2,7 +2,7 @@
 the finished run's per-step losses and evals equal an uninterrupted run's bit for bit
 (CPU); after every kill all steps up to the last complete checkpoint are still recorded.
 
-The kills come from the loop's JAXFORMER_FAULT_AT points (jaxformer/train/faults.py), so
+The kills come from JAXFORMER_FAULT_AT at the loop's points (tests/reliability/faults.py), so
 each lands at a known moment: a timer outside the process could not hit "during the
 async write" reliably. SIGTERM (save and exit 0) is tested in tests/train/test_preemption.py.
 """

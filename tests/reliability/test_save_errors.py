@@ -2,7 +2,7 @@
 one `error:` line naming the step whose save failed, exit 2, no Orbax traceback; the
 checkpoints already on disk stay intact and the rerun resumes from them.
 
-The full disk is JAXFORMER_FAULT_AT=nospace:9 (jaxformer/train/faults.py): from the save of
+The full disk is JAXFORMER_FAULT_AT=nospace:9 (tests/reliability/faults.py): from the save of
 step 9 on, no file of the process may grow past 16 KiB (RLIMIT_FSIZE), so the arrays' write
 fails with EFBIG as it would with ENOSPC, and the loop waits for that write to end, so the
 failure is there when step 10 runs.

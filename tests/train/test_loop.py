@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from jaxformer.train import checkpoint, loop, step
-from jaxformer.train import faults as faults_lib
 from jaxformer.train import metrics as metrics_lib
 from jaxformer.train import program as program_lib
 from tests.train.train_helpers import tiny_config
@@ -140,12 +139,6 @@ def test_hooks_see_every_point_in_order(data_dir, tmp_path):
     *steps[5],
     "evaluated 6",
   ]
-
-
-def test_faults_are_hooks():
-  points = {n for n in vars(loop.Hooks) if not n.startswith("_")}
-  missing = [n for n in points if vars(faults_lib.Faults).get(n) is None]
-  assert points and not missing, missing
 
 
 def test_skip_nonfinite_counts_and_skips(data_dir):

@@ -1,11 +1,19 @@
-"""Fault injection for the reliability tests: inert unless JAXFORMER_FAULT_AT is set.
+"""Fault injection for the reliability tests: the training loop's hooks (jaxformer.train.loop.Hooks)
+acting at the points JAXFORMER_FAULT_AT lists, and the launcher that installs them.
 
-  JAXFORMER_FAULT_AT=save:6        SIGKILL the process right after step 6's save was dispatched
-  JAXFORMER_FAULT_AT=nan:3,eval:4  poison step 3's batch; SIGKILL after the eval at step 4
+  JAXFORMER_FAULT_AT=save:6 python -m tests.reliability.faults experiments.main ARGS...
+      SIGKILL the process right after step 6's save was dispatched
+  JAXFORMER_FAULT_AT=nan:3,eval:4 python -m tests.reliability.faults experiments.main ARGS...
+      poison step 3's batch; SIGKILL after the eval at step 4
+
+`python -m tests.reliability.faults MODULE ARGS...` runs MODULE as `python -m MODULE ARGS...`
+would, with Faults() as the hooks of every `loop.train` call that passes none (helpers.start
+launches a run this way when given a fault). The library itself only names the points
+(loop.Hooks, which do nothing) and never reads the variable.
 
 A crash test must hit precise moments (during an async write, during eval, ...) that a timer
-outside the process cannot find reliably, so the loop names them and this module acts on the
-ones the variable lists. Points (phase:step), in the order the loop reaches them:
+outside the process cannot find reliably, so the loop names them and Faults acts on the ones
+the variable lists. Points (phase:step), in the order the loop reaches them:
 
   init:s   state created (s = 0) or restored (s = its step), before the first step compiles
   term:s   the same moment: SIGTERM to this process (a preemption before the first step)
@@ -21,10 +29,12 @@ ones the variable lists. Points (phase:step), in the order the loop reaches them
   saved:s  the save of step s durable on disk (the point waits for it, then kills)
 
 A kill is SIGKILL: no signal handler, no `finally`, no flush, as from the OOM killer or a
-lost host. Nothing here runs when the variable is unset.
+lost host. Nothing here acts when the variable is unset.
 """
 
+import functools
 import os
+import runpy
 import signal
 import sys
 import time
@@ -32,9 +42,11 @@ import time
 import numpy as np
 
 from jaxformer import ladder
+from jaxformer.train import loop
 from jaxformer.train.checkpoint import ORBAX_TMP
 
 ENV = "JAXFORMER_FAULT_AT"
+LAUNCHER = "tests.reliability.faults"  # python -m LAUNCHER MODULE ARGS...
 PHASES = ("init", "term", "nan", "step", "eval", "nospace", "save", "saved")
 NOSPACE_BYTES = 16 * 1024  # above metrics.jsonl of a test run, below its checkpoint arrays
 
@@ -52,9 +64,9 @@ def parse(raw):
   return frozenset(points)
 
 
-class Faults:
-  """The points of one training run, read from the environment when the run starts: the
-  training loop's hooks (jaxformer.train.loop.Hooks), each acting on the points listed."""
+class Faults(loop.Hooks):
+  """The points of one training run (`raw`, by default read from the environment): the
+  training loop's hooks, each acting on the points listed."""
 
   def __init__(self, raw=None):
     self.points = parse(os.environ.get(ENV) if raw is None else raw)
@@ -143,3 +155,39 @@ def write_begun(directory, step, timeout=30.0, poll=2e-4):
       return False
     time.sleep(poll)
   return False
+
+
+# --- the launcher ------------------------------------------------------------------------------
+
+
+def command(cmd):
+  """`python -m MODULE ARGS...` (an argv) run through this launcher: the same run, with the
+  faults of JAXFORMER_FAULT_AT."""
+  if len(cmd) < 3 or cmd[1] != "-m":
+    raise ValueError(f"expected `python -m MODULE ARGS...`, got {cmd!r}")
+  return [cmd[0], "-m", LAUNCHER, *cmd[2:]]
+
+
+def install(faults):
+  """Makes `faults` the hooks of every loop.train call in this process that passes none."""
+  train = loop.train
+
+  @functools.wraps(train)
+  def hooked(config, workdir=None, profile_steps=0, hooks=None):
+    return train(config, workdir, profile_steps, hooks=faults if hooks is None else hooks)
+
+  loop.train = hooked
+
+
+def main(argv):
+  """`python -m tests.reliability.faults MODULE ARGS...`: runs MODULE as `python -m MODULE
+  ARGS...` would, its training loops hooked to Faults() (read from JAXFORMER_FAULT_AT now)."""
+  if not argv:
+    raise SystemExit(f"usage: {ENV}=phase:step python -m {LAUNCHER} MODULE [ARGS...]")
+  install(Faults())
+  sys.argv = list(argv)
+  runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
