@@ -8,6 +8,10 @@ clamped: a value that cannot work is an error, not a silent substitute.
 
 The canonical form lists every parameter in schema order with its resolved value, so
 `mqar` and `mqar:vocab_size=8192` name (and cache) the same dataset.
+
+A parameter declared `many` also takes a set of values joined by '+' (`num_kv_pairs=4+8+16`):
+it parses to a tuple of distinct values in ascending order (the canonical form), while one
+value stays a plain scalar, so a single-value spec parses, prints and generates as before.
 """
 
 import dataclasses
@@ -53,6 +57,12 @@ class Param:
   high: float | None = None  # inclusive
   choices: tuple[str, ...] | None = None
   doc: str = ""
+  many: bool = False  # also takes distinct values joined by '+': a sorted tuple (as_tuple)
+
+
+def as_tuple(value: Any) -> tuple:
+  """The values of a `many` parameter as a tuple: `(v,)` for a single value."""
+  return tuple(value) if isinstance(value, tuple) else (value,)
 
 
 def _examples(train: int = 20000, test: int = 1000, seed: bool = True) -> dict[str, Param]:
@@ -78,7 +88,14 @@ SCHEMAS: dict[str, dict[str, Param]] = {
   "mqar": {
     "vocab_size": Param(int, 8192, low=4, doc="keys in [1, V/2), values in [V/2, V)"),
     "seq_len": Param(int, 64, low=4),
-    "num_kv_pairs": Param(int, 8, low=1, doc="pairs per example; each key queried once"),
+    "num_kv_pairs": Param(
+      int,
+      8,
+      low=1,
+      many=True,
+      doc="pairs P per example, each key queried once; 4+8+16: "
+      "each example draws its P uniformly from the set",
+    ),
     "power_a": Param(float, 0.01, low=1e-6, doc="query gap p(i) ~ i^(a-1); 1 is uniform"),
     "random_non_queries": Param(bool, True, doc="fill non-query slots with random ids"),
     **_examples(),
@@ -130,6 +147,14 @@ TASKS: tuple[str, ...] = tuple(SCHEMAS)
 
 def _convert(name: str, key: str, param: Param, raw: str) -> Any:
   field = f"{name}.{key}={raw}"
+  if param.many and "+" in raw:
+    try:
+      values = [param.type(v) for v in raw.split("+")]
+    except ValueError:
+      raise DataError(f"{field}: expected distinct {param.type.__name__}s joined by '+'") from None
+    if len(set(values)) < len(values):
+      raise DataError(f"{field}: a value is given twice; expected distinct values")
+    return tuple(sorted(values))
   if param.type is bool:
     if raw.lower() in ("1", "true", "yes"):
       return True
@@ -139,7 +164,8 @@ def _convert(name: str, key: str, param: Param, raw: str) -> Any:
   try:
     value = param.type(raw)
   except ValueError:
-    raise DataError(f"{field}: expected {param.type.__name__}") from None
+    many = f" or distinct {param.type.__name__}s joined by '+'" if param.many else ""
+    raise DataError(f"{field}: expected {param.type.__name__}{many}") from None
   if param.type is str and not value:
     raise DataError(f"{field}: must not be empty")
   return value
@@ -147,17 +173,20 @@ def _convert(name: str, key: str, param: Param, raw: str) -> Any:
 
 def _check_range(name: str, key: str, param: Param, value: Any) -> None:
   field = f"{name}.{key}={format_value(value)}"
-  if param.choices is not None and value not in param.choices:
-    raise DataError(f"{field}: expected one of {', '.join(param.choices)}")
-  if param.low is not None and value < param.low:
-    raise DataError(f"{field}: must be >= {param.low}")
-  if param.high is not None and value > param.high:
-    raise DataError(f"{field}: must be <= {param.high}")
+  for v in as_tuple(value):
+    if param.choices is not None and v not in param.choices:
+      raise DataError(f"{field}: expected one of {', '.join(param.choices)}")
+    if param.low is not None and v < param.low:
+      raise DataError(f"{field}: must be >= {param.low}")
+    if param.high is not None and v > param.high:
+      raise DataError(f"{field}: must be <= {param.high}")
 
 
 def format_value(value: Any) -> str:
   if isinstance(value, bool):
     return "true" if value else "false"
+  if isinstance(value, tuple):
+    return "+".join(format_value(v) for v in value)
   return str(value)
 
 
@@ -213,16 +242,19 @@ Check = Callable[[dict[str, Any], Callable[[str], str]], None]
 
 
 def _check_mqar(p, f):
-  if 4 * p["num_kv_pairs"] > p["seq_len"]:
+  # a set of pair counts: each must fit, so the largest must
+  P = max(as_tuple(p["num_kv_pairs"]))
+  largest = f" (for its largest, {P})" if isinstance(p["num_kv_pairs"], tuple) else ""
+  if 4 * P > p["seq_len"]:
     raise DataError(
       f"{f('num_kv_pairs')}: needs 2*num_kv_pairs context tokens plus 2*num_kv_pairs "
-      f"query slots, 4*num_kv_pairs <= seq_len={p['seq_len']}"
+      f"query slots, 4*num_kv_pairs <= seq_len={p['seq_len']}{largest}"
     )
   keys, values = p["vocab_size"] // 2 - 1, p["vocab_size"] - p["vocab_size"] // 2
-  if p["num_kv_pairs"] > min(keys, values):
+  if P > min(keys, values):
     raise DataError(
       f"{f('vocab_size')}: {keys} distinct keys in [1, V/2) < "
-      f"num_kv_pairs={p['num_kv_pairs']}; needs vocab_size >= {2 * p['num_kv_pairs'] + 2}"
+      f"num_kv_pairs={format_value(p['num_kv_pairs'])}{largest}; needs vocab_size >= {2 * P + 2}"
     )
 
 

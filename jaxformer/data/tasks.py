@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxformer.data.spec import as_tuple
+
 SPLIT_STREAM = {"train": 0, "test": 1}
 
 
@@ -66,23 +68,45 @@ def _pack(inputs, targets, mask) -> dict[str, np.ndarray]:
 def mqar(rng, n, *, vocab_size, seq_len, num_kv_pairs, power_a, random_non_queries):
   """Multi-query associative recall in the Zoology layout (Arora et al. 2023).
 
-  `k1 v1 k2 v2 ... kK vK` (keys distinct in [1, V/2), values distinct in [V/2, V)),
-  then the query region: slot `2K + 2g` holds a key whose gap g in [0, (L-2K)//2) is
-  drawn without replacement with p(g) ~ a (g+1)^(a-1), so most queries sit close to
-  the context. Every key is queried once; the target at a query is its value, which
-  never appears after the query in the inputs. Other slots are 0, or uniform ids in
-  [0, V) when random_non_queries (as Zoology does, they may repeat keys: unscored).
+  `k1 v1 k2 v2 ... kP vP` (P pairs; keys distinct in [1, V/2), values distinct in
+  [V/2, V)), then the query region: slot `2P + 2g` holds a key whose gap g in
+  [0, (L-2P)//2) is drawn without replacement with p(g) ~ a (g+1)^(a-1), so most queries
+  sit close to the context. Every key is queried once; the target at a query is its
+  value, which never appears after the query in the inputs. Other slots are 0, or uniform
+  ids in [0, V) when random_non_queries (as Zoology does, they may repeat keys: unscored).
+
+  `num_kv_pairs` a tuple (a mixed spec, `4+8+16`): each example draws its P uniformly
+  from it, then the examples of each P (in ascending P) are drawn as above, each laid out
+  with its own P (its query region starts at 2P), so its mask holds P ones. One P draws
+  exactly what it always did.
   """
-  K, L, V = num_kv_pairs, seq_len, vocab_size
-  keys = distinct(rng, n, V // 2 - 1, K) + 1  # [N, K]
-  values = distinct(rng, n, V - V // 2, K) + V // 2  # [N, K]
-  space = (L - 2 * K) // 2
+  counts = as_tuple(num_kv_pairs)
+  fixed = dict(vocab_size=vocab_size, seq_len=seq_len, power_a=power_a,
+               random_non_queries=random_non_queries)  # fmt: skip
+  if len(counts) == 1:
+    return _mqar(rng, n, counts[0], **fixed)
+  P_N = np.asarray(counts)[rng.integers(0, len(counts), n)]  # [N]
+  out = {k: np.zeros((n, seq_len), np.int32) for k in ("inputs", "targets", "mask")}
+  for P in counts:
+    (rows,) = np.nonzero(P_N == P)
+    if rows.size:
+      for k, v in _mqar(rng, rows.size, P, **fixed).items():
+        out[k][rows] = v
+  return out
+
+
+def _mqar(rng, n, P, *, vocab_size, seq_len, power_a, random_non_queries):
+  """n MQAR examples of P pairs each (see mqar)."""
+  L, V = seq_len, vocab_size
+  keys = distinct(rng, n, V // 2 - 1, P) + 1  # [N, P]
+  values = distinct(rng, n, V - V // 2, P) + V // 2  # [N, P]
+  space = (L - 2 * P) // 2
   g = np.arange(1, space + 1, dtype=np.float64)
-  gaps = distinct(rng, n, space, K, p=power_a * g ** (power_a - 1))  # [N, K]
+  gaps = distinct(rng, n, space, P, p=power_a * g ** (power_a - 1))  # [N, P]
   inputs = np.zeros((n, L), dtype=np.int64)
-  inputs[:, 0 : 2 * K : 2] = keys
-  inputs[:, 1 : 2 * K : 2] = values
-  query_pos = 2 * K + 2 * gaps  # [N, K]
+  inputs[:, 0 : 2 * P : 2] = keys
+  inputs[:, 1 : 2 * P : 2] = values
+  query_pos = 2 * P + 2 * gaps  # [N, P]
   np.put_along_axis(inputs, query_pos, keys, axis=1)
   if random_non_queries:
     blank = inputs == 0  # keys >= 1 and values >= V/2, so only unused query slots
@@ -176,11 +200,29 @@ def generate(name: str, params: dict[str, Any], split: str) -> dict[str, np.ndar
   return GENERATORS[name](rng, n, **kwargs)
 
 
+def _mqar_chance(p):
+  """1/P; a mixed spec: 1/mean(P). Accuracy pools the scored positions (correct / scored,
+  jaxformer.train.step), and an example of P pairs adds P of them, each right with 1/P:
+  one right guess per example in expectation, over mean(P) scored positions."""
+  counts = as_tuple(p["num_kv_pairs"])
+  return len(counts) / sum(counts)
+
+
+def _mqar_chance_rule(p):
+  if not isinstance(p["num_kv_pairs"], tuple):
+    return "a guess among the K values in context"
+  pairs = ", ".join(map(str, p["num_kv_pairs"]))
+  return (
+    f"a guess among the P values in context, pooled over the queries: 1/mean(P), P in {{{pairs}}}"
+  )
+
+
 # The accuracy of an informed guess on each task: a model that knows where the answer comes
 # from but recalled nothing scores this. Experiments report accuracy raw and chance-adjusted,
-# (accuracy - chance) / (1 - chance), so 0 is guessing and 1 is perfect.
+# (accuracy - chance) / (1 - chance), so 0 is guessing and 1 is perfect. The rule is a text,
+# or a function of the params for a task whose rule depends on them.
 CHANCE = {
-  "mqar": (lambda p: 1 / p["num_kv_pairs"], "a guess among the K values in context"),
+  "mqar": (_mqar_chance, _mqar_chance_rule),
   "induction": (lambda p: 1 / (p["seq_len"] - 2), "a guess among the L - 2 other context ids"),
   "copy": (lambda p: 1 / (p["vocab_size"] - 2), "a guess among the V - 2 data ids"),
   "selective_copy": (lambda p: 1 / (p["vocab_size"] - 2), "a guess among the V - 2 data ids"),
@@ -196,5 +238,5 @@ def chance(name: str, params: dict[str, Any], vocab_size: int) -> tuple[float, s
   `vocab_size`; the text tasks: a uniform guess over it."""
   if name in CHANCE:
     level, how = CHANCE[name]
-    return float(level(params)), how
+    return float(level(params)), how if isinstance(how, str) else how(params)
   return 1.0 / vocab_size, "a uniform guess over the vocabulary"
