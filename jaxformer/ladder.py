@@ -37,7 +37,7 @@ from jaxformer.math import heads, interaction, mixing, recurrent
 from jaxformer.math import mlp as mlp_math
 from jaxformer.nn import block, lm
 from jaxformer.nn.mixer import GENERIC, Mixer
-from jaxformer.steps import s4_values_heads, s5_interaction
+from jaxformer.steps import s4_values_heads, s5_interaction, s6_softmax
 from jaxformer.steps.s1_fixed_memory import Recurrent
 from jaxformer.steps.s3_dynamic_weights import SourceOnly
 from jaxformer.steps.s7_concat_wo import ConcatWo
@@ -265,6 +265,7 @@ def _mixer(c):
   return Mixer(
     scorer=_scorer(c, valuer.num_heads),
     valuer=valuer,
+    # the weights slot of step 6 (jaxformer.steps.s6_softmax): normalize(scores / tau | mask)
     normalizer=c.normalizer,
     temperature=c.temperature,
     mask=c.mask,
@@ -326,7 +327,7 @@ def validate(name, config):
     ("interaction", interaction.INTERACTIONS),
     ("weights", WEIGHTS),
     ("head_combine", heads.HEAD_COMBINES),
-    ("normalizer", mixing.NORMALIZERS),
+    ("normalizer", s6_softmax.NORMALIZERS),
     ("mask", mixing.MASKS),
     *_block_choices(),
     ("attention", attention_impls()),
