@@ -19,8 +19,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {".git", ".venv", "runs", "build", "__pycache__", ".pytest_cache", ".ruff_cache"}
 SUFFIXES = {".md", ".py", ".ipynb", ".sh", ".cfg", ".toml", ".txt"}
 NAMES = {"Makefile"}
-# Written by the code, not stored: experiments/report.py and experiments/gpu_bench.sh.
-WRITTEN_AT_RUN_TIME = {"report.md", "benchmarks_gpu.md", "scorecard.md"}
+# Written by the code, not stored: experiments/report.py, experiments/gpu_bench.sh and the
+# engine's per-experiment log (experiments/engine/registry.py).
+WRITTEN_AT_RUN_TIME = {"report.md", "benchmarks_gpu.md", "scorecard.md", "log.md"}
 
 MARKDOWN_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 MD_MENTION = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.md)\b")

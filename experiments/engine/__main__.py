@@ -1,0 +1,5 @@
+import sys
+
+from experiments.engine import cli
+
+sys.exit(cli.main())

@@ -1,0 +1,25 @@
+"""The declared experiments, by name, in the article's order: name -> module, whose
+EXPERIMENT is the declaration. Only these modules are ever imported by name."""
+
+import importlib
+
+DECLARED = {
+  "fixed_memory": "experiments.s1_fixed_memory",
+  "interaction": "experiments.s5_interaction",
+}
+# Declarations that teach (docs/protocol.md): loadable by name, never run by the main job
+EXAMPLES = {"window_recall": "experiments.examples.window_recall"}
+
+
+def load(name, module=None):
+  """The Experiment named `name` (`module`: a Python caller's stand-in, never a user's)."""
+  if module is None:
+    known = DECLARED | EXAMPLES
+    if name not in known:
+      raise KeyError(f"experiment {name!r}: not declared (declared: {', '.join(known)})")
+    module = known[name]
+  return importlib.import_module(module).EXPERIMENT
+
+
+def every():
+  return [load(name) for name in DECLARED]

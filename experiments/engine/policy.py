@@ -1,0 +1,161 @@
+"""The training policy: how every arm of every experiment is trained, selected and grown.
+
+Three rules, the same for every experiment, fixed before any confirmatory run (changing one
+re-judges every verdict of record):
+
+  selection  Each trained unit (an arm at a point of its axis, or the arm alone) trains in
+             two stages, each one compiled program (jaxformer.train.sweep): the exploratory
+             seeds at every learning rate x weight decay of the size's grid, then the
+             confirmatory seeds at the selected point alone. The selected point has the best
+             mean final validation accuracy over the exploratory seeds (ties: the lower
+             validation loss); a point where a seed diverged is not eligible. The
+             confirmatory seeds never inform a decision.
+  plateau    A replica has finished learning when it reached the size's early-stop
+             accuracy, diverged, or its best validation accuracy over the last half of its
+             budget beat its best over the first half by less than PLATEAU_TOLERANCE.
+  budget     While a replica at the selected point has not finished and the budget is below
+             the size's step_cap, the unit's whole sweep trains again from step 0 at twice
+             the budget (at most step_cap), and selection reads the new sweep. At the cap,
+             a replica still learning is recorded as such; the judge reads it.
+
+Every sweep goes through a store under the workdir (jaxformer/train/sweep_store.py), so a
+run stopped part-way resumes at its first unfinished sweep.
+"""
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from experiments import harness
+from jaxformer import ladder
+from jaxformer.train import sweep
+
+PLATEAU_TOLERANCE = 0.02
+PLATEAU_WINDOW = 0.5
+GROWTH = 2
+FINISHED = ("target", "flat", "diverged")
+
+
+def status(run, budget):
+  """target / diverged / flat / learning: the plateau rule on one replica's run."""
+  if run.stop_reason == "early_stop":
+    return "target"
+  if run.stop_reason == "diverged":
+    return "diverged"
+  cut = budget * (1 - PLATEAU_WINDOW)
+  before = [va for step, _, va, _, _ in run.evals if step <= cut]
+  after = [va for step, _, va, _, _ in run.evals if step > cut]
+  if before and after and max(after) - max(before) < PLATEAU_TOLERANCE:
+    return "flat"
+  return "learning"
+
+
+def select(runs, seeds):
+  """(learning_rate, weight_decay) best on `seeds` (mean final validation accuracy, then
+  lower loss) among points where every replica stayed finite; None if none did."""
+  best, best_key = None, None
+  for point in sorted({(r.learning_rate, r.weight_decay) for r in runs}):
+    group = [r for r in runs if (r.learning_rate, r.weight_decay) == point and r.seed in seeds]
+    if not group or not all(r.finite for r in group):
+      continue
+    finals = [r.final() for r in group]
+    key = (np.mean([f["val_accuracy"] for f in finals]), -np.mean([f["val_loss"] for f in finals]))
+    if best_key is None or key > best_key:
+      best, best_key = point, key
+  return best
+
+
+@dataclasses.dataclass
+class Unit:
+  """One trained unit: an arm at one point (None: the arm alone or a mixed axis)."""
+
+  arm: str
+  point: object
+  rung: str
+  results: list  # the sweeps (sweep.SweepResult) at the final budget: the two stages
+  seeds: tuple  # exploratory + confirmatory, the order of every per-seed list
+  selected: tuple | None  # (learning_rate, weight_decay); None: every point diverged
+  budget: int
+  history: list
+  seconds: float
+
+  @property
+  def result(self):
+    """The first stage's sweep (its config and chance are the unit's)."""
+    return self.results[0]
+
+  def all_runs(self):
+    """[(run, sweep, index in it)] of every replica of both stages."""
+    return [(r, res, i) for res in self.results for i, r in enumerate(res.runs)]
+
+  def runs(self):
+    """The selected point's run of each seed, in `seeds` order (None where absent)."""
+    if self.selected is None:
+      return [None] * len(self.seeds)
+    by_seed = {r.seed: r for r, _, _ in self.all_runs()
+               if (r.learning_rate, r.weight_decay) == self.selected}  # fmt: skip
+    return [by_seed.get(s) for s in self.seeds]
+
+  def final(self, key):
+    return [math.nan if r is None else float(r.final()[key]) for r in self.runs()]
+
+  def plateau(self):
+    return ["missing" if r is None else status(r, self.budget) for r in self.runs()]
+
+  def steps_to(self, accuracy):
+    """Per seed: the first evaluated step with validation accuracy >= `accuracy`; never (or
+    diverged): the budget, a censored reading."""
+    out = []
+    for r in self.runs():
+      hits = [s for s, _, va, _, _ in (r.evals if r and r.finite else []) if va >= accuracy]
+      out.append(float(min(hits)) if hits else float(self.budget))
+    return out
+
+  def model(self):
+    return ladder.build(self.rung, self.result.config.model)
+
+  def params(self):
+    """Each seed's trained params at the selected point (host arrays), in `seeds` order."""
+    index = {(r.seed, r.learning_rate, r.weight_decay): (res, i) for r, res, i in self.all_runs()}
+    return [res.replica_params(i) for res, i in (index[(s, *self.selected)] for s in self.seeds)]
+
+  def curves(self):
+    """Per seed: [(step, validation accuracy)] of the selected run."""
+    return [[(s, va) for s, _, va, _, _ in r.evals] if r else [] for r in self.runs()]
+
+
+def model_fields(size, arm):
+  """The arm's model fields: sized by its task (vocabulary, length), then the size's shared
+  fields, then the arm's own."""
+  return harness.SIZED_BY_CORPUS | dict(size.model) | dict(arm.fields)
+
+
+def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
+  """Trains one unit under the three rules; returns a Unit. `seeds`: exploratory first."""
+  explore = tuple(size.exploratory_seeds)
+  confirm = tuple(s for s in seeds if s not in explore)
+  rates = tuple(arm.learning_rates or size.learning_rates)
+  stage_one = sweep.grid(explore, rates, tuple(size.weight_decays))
+  budget, history, start = size.steps, [], time.perf_counter()
+  where = arm.name if point is None else f"{arm.name} @ {point}"
+
+  def train(config, replicas):
+    return sweep.train(config, replicas, log=lambda text: log(f"{where}: {text}"), store=store)
+
+  while True:
+    schedule = size.schedule() | {"total_steps": budget}
+    config = harness.train_config(arm.rung, task, model_fields(size, arm), **schedule)
+    results = [train(config, stage_one)]
+    selected = select(results[0].runs, explore)
+    if selected is not None and confirm:
+      results.append(train(config, sweep.grid(confirm, (selected[0],), (selected[1],))))
+    unit = Unit(arm.name, point, arm.rung, results, tuple(seeds), selected, budget, history, 0.0)
+    learning = selected is not None and any(s == "learning" for s in unit.plateau())
+    if not learning or budget >= size.step_cap:
+      unit.seconds = time.perf_counter() - start
+      return unit
+    grown = min(size.step_cap, budget * GROWTH)
+    history.append(f"budget {budget} -> {grown} steps: a selected replica still learning")
+    budget = grown

@@ -1,0 +1,194 @@
+"""Running a declaration: train every unit, measure, judge, write the result.
+
+  result = run(experiment, "quick", "runs/interaction")     # -> runs/interaction/<name>_<size>.json
+  record(result, experiment)                                 # -> results/<name>/<size>.json + page
+
+`run` checks the declaration is the registered design at that size (registry.entry) and takes
+its seeds from there; each unit trains under experiments/engine/policy.py with its sweeps
+stored under <workdir>/sweeps, so the same command after a stop resumes where it was. The
+result records the design's version and hash, the commit, every task spec, every replica of
+every sweep (its evaluations and stop), the per-seed metrics, and every criterion's four
+readings (confirmatory, exploratory, positive, falsification) with its verdict.
+"""
+
+import datetime
+import os
+import platform
+import subprocess
+import time
+
+from experiments import claims as claims_lib
+from experiments import harness
+from experiments.engine import declare, judge, page, policy, records, registry, stats
+
+
+class Trained:
+  """What measure() reads: every Unit by (arm, point), and the seeds in order."""
+
+  def __init__(self, units, seeds):
+    self.units, self.seeds = units, tuple(seeds)
+
+  def unit(self, arm, point=None):
+    return self.units[(arm, judge.label(point))]
+
+
+def commit():
+  """HEAD's short hash, "-dirty" when the tree has changes ("unknown" outside git)."""
+  try:
+    git = ["git", "-C", harness.REPO_ROOT]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+  return head + ("-dirty" if dirty else "")
+
+
+def engine_metrics(unit, size):
+  chance = unit.result.chance
+  accuracy = unit.final("eval_accuracy")
+  return {
+    "accuracy": accuracy,
+    "adjusted": [stats.adjust(a, chance) for a in accuracy],
+    "over_chance": [a / chance for a in accuracy],
+    "steps_to": unit.steps_to(size.reach),
+  }
+
+
+def _merge(into, more):
+  for metric, by_arm in more.items():
+    for arm, by_point in by_arm.items():
+      into.setdefault(metric, {}).setdefault(arm, {}).update(
+        {judge.label(p) if not isinstance(p, str) else p: list(v) for p, v in by_point.items()}
+      )
+
+
+def train(experiment, size_name, seeds, workdir, log=print):
+  """Every unit of the experiment at the size: {(arm, label(point)): policy.Unit}."""
+  size, units = experiment.sizes[size_name], {}
+  store = os.path.join(workdir, "sweeps")
+  for arm in experiment.arms:
+    for point in experiment.trained_points(size_name):
+      task = experiment.task(size, point)
+      unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log)
+      units[(arm.name, judge.label(point))] = unit
+      log(f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "
+          f"plateau {unit.plateau()}")  # fmt: skip
+  return units
+
+
+def measure(experiment, size_name, units, entry):
+  """The Measured of the trained units: the engine's metrics, then the measure's."""
+  size, metrics, plateau, budget = experiment.sizes[size_name], {}, {}, {}
+  for (arm, key), unit in units.items():
+    _merge(metrics, {m: {arm: {key: v}} for m, v in engine_metrics(unit, size).items()})
+    plateau.setdefault(arm, {})[key] = unit.plateau()
+    budget.setdefault(arm, {})[key] = unit.budget
+  seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
+  if experiment.measure is not None:
+    _merge(metrics, experiment.measure(Trained(units, seeds), size))
+  mixed = bool(experiment.axis and experiment.axis.mixed)
+  return judge.Measured(metrics, plateau, budget, tuple(entry["exploratory"]),
+                        tuple(entry["confirmatory"]), mixed, experiment.points(size_name))  # fmt: skip
+
+
+def _unit_json(unit):
+  return {
+    "arm": unit.arm,
+    "point": judge.label(unit.point),
+    "rung": unit.rung,
+    "selected": None
+    if unit.selected is None
+    else dict(zip(("learning_rate", "weight_decay"), unit.selected, strict=True)),  # fmt: skip
+    "budget": unit.budget,
+    "history": unit.history,
+    "plateau": unit.plateau(),
+    "chance": unit.result.chance,
+    "chance_rule": unit.result.chance_rule,
+    "seconds": round(unit.seconds, 1),
+    "replicas": [
+      {
+        "seed": r.seed,
+        "learning_rate": r.learning_rate,
+        "weight_decay": r.weight_decay,
+        "final_step": r.final_step,
+        "stop_reason": r.stop_reason,
+        "val_accuracy_by_step": [[s, va] for s, _, va, _, _ in r.evals],
+        **r.final(),
+      }
+      for r, _, _ in unit.all_runs()
+    ],
+  }
+
+
+def exploratory_entry(experiment, size_name):
+  """An unregistered stand-in entry that trains the size's exploratory seeds alone and reads
+  them as if confirmatory: the sizing run, logged, never a verdict of record."""
+  seeds = list(experiment.sizes[size_name].exploratory_seeds)
+  design = registry.design_hash(experiment, size_name)
+  return {"version": 0, "hash": design, "exploratory": seeds, "confirmatory": seeds}
+
+
+def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=print,
+        explore=False):  # fmt: skip
+  """Trains, measures and judges the registered design at `size_name` (`explore`: the
+  exploratory seeds alone, unregistered); writes and returns the result (plain JSON)."""
+  declare.validate(experiment)
+  if explore:
+    entry = exploratory_entry(experiment, size_name)
+  else:
+    entry = registry.entry(experiment, size_name, registry_path)
+  start = time.time()
+  seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
+  units = train(experiment, size_name, seeds, workdir, log)
+  measured = measure(experiment, size_name, units, entry)
+  judged = judge.judge(experiment, measured)
+  verdicts = judge.claims(experiment, judged)
+  size = experiment.sizes[size_name]
+  result = {
+    "experiment": experiment.name,
+    "section": experiment.section,
+    "size": size_name,
+    "exploratory_only": explore,
+    "version": entry["version"],
+    "hash": entry["hash"],
+    "commit": commit(),
+    "date": datetime.date.today().isoformat(),
+    "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}",
+    "seconds": round(time.time() - start, 1),
+    "scale": page.scale(experiment, size_name),
+    "claims": {n: {"text": claims_lib.claim(n).text, "verdict": v} for n, v in verdicts.items()},
+    "criteria": [j.as_json() for j in judged],
+    "seeds": {"exploratory": entry["exploratory"], "confirmatory": entry["confirmatory"]},
+    "tasks": {judge.label(p): experiment.task(size, p) for p in experiment.points(size_name)},
+    "units": [_unit_json(u) for u in units.values()],
+    "metrics": measured.metrics,
+  }
+  if experiment.label is not None:
+    result["labels"] = experiment.label(result)
+  os.makedirs(workdir, exist_ok=True)
+  records.write(result, os.path.join(workdir, f"{experiment.name}_{size_name}.json"))
+  if experiment.figure is not None:
+    experiment.figure(result, os.path.join(workdir, page.figure_name(result)))
+  return result
+
+
+def record(result, experiment, results_dir=registry.RESULTS):
+  """Files `result` as the record of its size: results/<name>/<size>.json, the figure, the
+  page, and a line in the log."""
+  if result["exploratory_only"]:
+    raise declare.DesignError("record: an exploratory run is sizing, never a record")
+  folder = os.path.join(results_dir, experiment.name)
+  path = os.path.join(folder, f"{result['size']}.json")
+  if os.path.exists(path) and (old := records.read(path))["version"] != result["version"]:
+    os.replace(path, os.path.join(folder, f"{result['size']}_v{old['version']}.json"))
+  records.write(result, path)
+  if experiment.figure is not None:
+    experiment.figure(result, os.path.join(folder, page.figure_name(result)))
+  with open(os.path.join(folder, "README.md"), "w") as f:
+    f.write(page.render(experiment, folder))
+  verdicts = ", ".join(f"{n} {c['verdict']}" for n, c in result["claims"].items())
+  registry.log_line(experiment.name, f"{result['date']}: {result['size']} version "
+                    f"{result['version']} run at {result['commit']} on seeds "
+                    f"{result['seeds']['confirmatory']}: {verdicts}", results_dir)  # fmt: skip

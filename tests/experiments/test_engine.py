@@ -1,0 +1,215 @@
+"""The verdict engine on synthetic measurements: refusal, both directions, controls, claims,
+the registry's drift check and the seed ledger. Nothing trains here."""
+
+import dataclasses
+import json
+
+import pytest
+
+from experiments.engine import declare, judge, registry, stats
+from experiments.engine.declare import Arm, Case, Criterion, Experiment, Metric, Size
+
+SEEDS_EXPLORE, SEEDS_CONFIRM = (100,), (1000, 1001, 1002, 1003, 1004)
+
+
+def _size(**fields):
+  base = dict(task={"vocab_size": 16}, model={"d_model": 8}, steps=10, step_cap=20,
+              learning_rates=(1e-3,), exploratory_seeds=SEEDS_EXPLORE, confirmatory=5)  # fmt: skip
+  return Size(**(base | fields))
+
+
+def _experiment(*criteria, metrics=()):
+  return Experiment(
+    name="toy",
+    section=5,
+    claims=("5.1",),
+    summary="a toy",
+    arms=(Arm("strong", "softmax"), Arm("weak", "source_only"), Arm("other", "softmax")),
+    criteria=criteria,
+    sizes={"tiny": _size()},
+    task=lambda size, point: declare.spec("mqar", size.task),
+    metrics=(
+      Metric("share", 0.0, 1.0, untrained="share0"),
+      Metric("share0", 0.0, 1.0),
+      *metrics,
+    ),  # fmt: skip
+  )
+
+
+def _recalls(**fields):
+  base = dict(name="recalls", tests="5.1", says="strong recalls", metric="adjusted",
+              arm="strong", threshold=0.9, positive=Case(arm="other"),
+              falsification=Case(arm="weak"))  # fmt: skip
+  return Criterion(**(base | fields))
+
+
+def _measured(values, plateau=None):
+  """values: {metric: {arm: per-seed list over exploratory + confirmatory seeds}}."""
+  metrics = {m: {a: {"*": list(v)} for a, v in by_arm.items()} for m, by_arm in values.items()}
+  arms = {a for by_arm in values.values() for a in by_arm}
+  n = len(SEEDS_EXPLORE) + len(SEEDS_CONFIRM)
+  plateau = plateau or {}
+  return judge.Measured(
+    metrics,
+    {a: {"*": plateau.get(a, ["flat"] * n)} for a in arms},
+    {a: {"*": 20} for a in arms},
+    SEEDS_EXPLORE,
+    SEEDS_CONFIRM,
+  )
+
+
+GOOD = [0.97, 0.95, 0.99, 0.96, 0.98, 0.97]
+CHANCE = [0.02, -0.01, 0.0, 0.03, 0.01, 0.0]
+
+
+def _by_name(judged):
+  return {j.criterion.name: j for j in judged}
+
+
+def test_a_criterion_that_holds_with_both_directions_shown_is_supported():
+  e = declare.validate(_experiment(_recalls()))
+  measured = _measured({"adjusted": {"strong": GOOD, "other": GOOD, "weak": CHANCE}})
+  j = _by_name(judge.judge(e, measured))["recalls"]
+  assert (j.verdict, j.positive.verdict, j.falsification.verdict) == (
+    stats.SUPPORTED, stats.SUPPORTED, stats.REFUTED)  # fmt: skip
+  assert judge.claims(e, judge.judge(e, measured)) == {"5.1": stats.SUPPORTED}
+
+
+def test_a_criterion_that_fails_with_both_directions_shown_is_refuted():
+  e = _experiment(_recalls())
+  measured = _measured({"adjusted": {"strong": CHANCE, "other": GOOD, "weak": CHANCE}})
+  assert judge.claims(e, judge.judge(e, measured)) == {"5.1": stats.REFUTED}
+
+
+def test_a_failing_positive_control_makes_the_criterion_inconclusive():
+  e = _experiment(_recalls())
+  measured = _measured({"adjusted": {"strong": GOOD, "other": CHANCE, "weak": CHANCE}})
+  j = _by_name(judge.judge(e, measured))["recalls"]
+  assert j.verdict == stats.INCONCLUSIVE and "cannot be shown to accept" in j.why
+
+
+def test_an_accepted_falsification_arm_makes_the_criterion_inconclusive():
+  e = _experiment(_recalls())
+  measured = _measured({"adjusted": {"strong": GOOD, "other": GOOD, "weak": GOOD}})
+  j = _by_name(judge.judge(e, measured))["recalls"]
+  assert j.verdict == stats.INCONCLUSIVE and "cannot be shown to reject" in j.why
+
+
+def test_an_unmet_control_makes_what_it_guards_inconclusive_and_a_met_one_is_met_while_learning():
+  control = Criterion("weak_trains", "control", "weak learns the format", "over_chance",
+                      "weak", threshold=0.8)  # fmt: skip
+  e = _experiment(control, _recalls(guarded_by=("weak_trains",)))
+  values = {"adjusted": {"strong": GOOD, "other": GOOD, "weak": CHANCE}}
+  learning = {"weak": ["learning"] * 6}
+  met = _measured(values | {"over_chance": {"weak": [1.0] * 6}}, plateau=learning)
+  unmet = _measured(values | {"over_chance": {"weak": [0.1] * 6}}, plateau=learning)
+  assert _by_name(judge.judge(e, met))["weak_trains"].verdict == stats.SUPPORTED
+  judged = _by_name(judge.judge(e, unmet))
+  assert judged["weak_trains"].verdict == stats.REFUTED
+  assert judged["recalls"].verdict == stats.INCONCLUSIVE and "weak_trains" in judged["recalls"].why
+
+
+def test_an_arm_still_learning_at_its_cap_leaves_the_criterion_unresolved():
+  e = _experiment(_recalls())
+  values = {"adjusted": {"strong": CHANCE, "other": GOOD, "weak": CHANCE}}
+  j = _by_name(judge.judge(e, _measured(values, {"strong": ["flat"] + ["learning"] * 5})))
+  assert j["recalls"].verdict == stats.UNRESOLVED and "still learning" in j["recalls"].why
+
+
+def test_an_extension_cannot_change_a_claims_verdict():
+  ext = _recalls(name="ext", tests="extension", arm="other", positive=Case(arm="strong"))
+  e = _experiment(_recalls(), ext)
+  for other in (GOOD, CHANCE):  # the extension SUPPORTED, then REFUTED
+    measured = _measured({"adjusted": {"strong": GOOD, "other": other, "weak": CHANCE}})
+    judged = judge.judge(e, measured)
+    assert judge.claims(e, judged) == judge.claims(
+      e, [j for j in judged if j.criterion.tests != "extension"]
+    )
+  # and the claim reads its own criterion only: SUPPORTED above, whatever the extension read
+  assert judge.claims(e, judge.judge(e, _measured(
+    {"adjusted": {"strong": GOOD, "other": GOOD, "weak": CHANCE}}))) == {"5.1": stats.SUPPORTED}  # fmt: skip
+
+
+def test_an_unreachable_threshold_is_refused_before_judging():
+  # a share can never pass 1: refused when declared
+  share_above_one = _recalls(name="share", metric="share", threshold=1.2)
+  with pytest.raises(declare.DesignError, match="threshold 1.2 cannot be reached"):
+    declare.validate(_experiment(share_above_one))
+  # a rise larger than the room above the untrained value: refused once the untrained nets are
+  # read, before any criterion is judged (interaction's old pure_share_strong: >= 0.5 over 0.8)
+  rise = _recalls(name="rise", metric="share", statistic="gain", threshold=0.5,
+                  positive=Case(arm="other"), falsification=Case(arm="weak"))  # fmt: skip
+  e = declare.validate(_experiment(rise))
+  measured = _measured({"share": {a: [0.95] * 6 for a in ("strong", "other", "weak")},
+                        "share0": {a: [0.8] * 6 for a in ("strong", "other", "weak")}})  # fmt: skip
+  with pytest.raises(declare.DesignError, match="given its untrained reading"):
+    judge.judge(e, measured)
+
+
+@pytest.mark.parametrize(
+  "change, field",
+  [
+    (dict(positive=None), "positive"),
+    (dict(falsification=Case(values=(0.0,))), "why"),
+    (dict(arm="nobody"), "nobody"),
+    (dict(tests="7.2"), "tests"),
+    (dict(statistic="difference"), "against"),
+    (dict(compare=">"), "compare"),
+    (dict(guarded_by=("recalls",)), "guarded_by"),
+  ],
+)
+def test_a_declaration_the_engine_cannot_judge_is_one_error_naming_the_field(change, field):
+  with pytest.raises(declare.DesignError, match=field):
+    declare.validate(_experiment(_recalls(**change)))
+
+
+def test_an_analytic_case_is_read_as_stated():
+  criterion = _recalls(positive=Case(values=(1.0, 1.0, 1.0), why="a perfect recall by hand"))
+  e = declare.validate(_experiment(criterion))
+  measured = _measured({"adjusted": {"strong": GOOD, "weak": CHANCE}})
+  j = _by_name(judge.judge(e, measured))["recalls"]
+  assert j.positive.verdict == stats.SUPPORTED and j.verdict == stats.SUPPORTED
+  assert j.as_json()["positive"]["analytic"] is True
+
+
+def test_a_threshold_or_statistic_edited_without_a_new_version_fails(tmp_path):
+  path = str(tmp_path / "registry.json")
+  e = _experiment(_recalls())
+  registry.register(e, "tiny", "the first design", path=path, log_dir=str(tmp_path))
+  assert registry.entry(e, "tiny", path)["version"] == 1
+  for edit in (dict(threshold=0.8), dict(statistic="difference", against="weak"),
+               dict(rule="every_seed"), dict(compare="<=")):  # fmt: skip
+    edited = _experiment(dataclasses.replace(_recalls(), **edit))
+    with pytest.raises(registry.Unregistered, match="register a new version"):
+      registry.entry(edited, "tiny", path)
+  # prose is not judged, so it is not hashed
+  reworded = _experiment(dataclasses.replace(_recalls(), says="the strong arm recalls well"))
+  assert registry.entry(reworded, "tiny", path)["version"] == 1
+
+
+def test_the_ledger_hands_out_fresh_confirmatory_seeds_and_logs_why(tmp_path):
+  path = str(tmp_path / "registry.json")
+  first = registry.register(_experiment(_recalls()), "tiny", "v1", path=path, log_dir=str(tmp_path))
+  with pytest.raises(declare.DesignError, match="already registered"):
+    registry.register(_experiment(_recalls()), "tiny", "again", path=path, log_dir=str(tmp_path))
+  second = registry.register(_experiment(_recalls(threshold=0.8)), "tiny", "a bug: v2", path=path,
+                             log_dir=str(tmp_path))  # fmt: skip
+  assert second["version"] == 2
+  assert not set(first["confirmatory"]) & set(second["confirmatory"])
+  assert not set(second["confirmatory"]) & set(SEEDS_EXPLORE)
+  assert len(second["confirmatory"]) == 5
+  log = (tmp_path / "toy" / "log.md").read_text()
+  assert "version 1 registered" in log and "a bug: v2" in log
+  assert [v["version"] for v in json.load(open(path))["toy"]["tiny"]] == [1, 2]
+
+
+def test_interval_and_every_seed_rules():
+  assert stats.read([0.95, 0.97, 0.96], ">=", 0.9, "interval").verdict == stats.SUPPORTED
+  assert stats.read([0.1, 0.2, 0.15], ">=", 0.9, "interval").verdict == stats.REFUTED
+  straddle = stats.read([0.0, 1.0, 0.0, 1.0, 1.0], ">=", 0.5, "interval")
+  assert straddle.verdict == stats.UNRESOLVED and "straddles" in straddle.note
+  assert stats.read([0.1, 0.2], "<=", 0.3, "interval").verdict == stats.SUPPORTED
+  assert stats.read([0.95, 0.5], ">=", 0.9, "every_seed").verdict == stats.UNRESOLVED
+  assert stats.read([float("nan"), 1.0], ">=", 0.9, "interval").verdict == stats.UNRESOLVED
+  assert stats.statistic("ratio", [4.0, 2.0], against=[2.0, 2.0]) == [2.0, 1.0]
+  assert stats.statistic("gain", [0.9], untrained=[0.8]) == pytest.approx([0.1])
