@@ -24,6 +24,7 @@ KINDS = ("trained", "check", "untested")
 class Claim:
   number: str  # "<section>.<n>"
   text: str  # one line, as a reader would quote it
+  experiment: str  # the experiment that reads it (its results/<name>/ page)
   kind: str = "trained"
   source: str = ARTICLE
   why: str = ""  # check: the test that proves it; untested: why it is not measured here
@@ -37,11 +38,13 @@ CLAIMS = (
   Claim(
     "1.1",
     "A fixed-state RNN's recall falls as pairs and length grow at a fixed state size",
+    experiment="fixed_memory",
   ),
   Claim(
     "1.2",
     "The same recurrence with an attention read over its past states holds over that sweep, "
     "and so does attention",
+    experiment="fixed_memory",
   ),
   Claim(
     "2.1",
@@ -49,60 +52,88 @@ CLAIMS = (
     "net puts one per layer, whatever L",
     kind="check",
     why="tests/experiments/test_parallelism.py: the compiled program's sequential depth",
+    experiment="parallelism",
   ),
   Claim(
     "2.2",
     "A recurrent training step's wall time grows with L faster than a non-recurrent one's",
     kind="untested",
     why="a claim about parallel hardware: its wall-time reading needs an accelerator",
+    experiment="parallelism",
   ),
-  Claim("3.1", "Source-only weights make neighbouring units compute nearly the same thing"),
-  Claim("3.2", "Source-only weights W_iL = f(x_i) fail at associative recall"),
-  Claim("3.3", "Source-only weights fail at induction (copy what followed the last match)"),
   Claim(
-    "3.4", "Stateless weights (W_iL = 0 for i != L) fail at any task that needs another position"
+    "3.1",
+    "Source-only weights make neighbouring units compute nearly the same thing",
+    experiment="symmetry",
   ),
-  Claim("3.5", "Weights of both arguments, f(x_i, x_L), succeed where those fail"),
+  Claim(
+    "3.2", "Source-only weights W_iL = f(x_i) fail at associative recall", experiment="symmetry"
+  ),
+  Claim(
+    "3.3",
+    "Source-only weights fail at induction (copy what followed the last match)",
+    experiment="symmetry",
+  ),
+  Claim(
+    "3.4",
+    "Stateless weights (W_iL = 0 for i != L) fail at any task that needs another position",
+    experiment="symmetry",
+  ),
+  Claim(
+    "3.5", "Weights of both arguments, f(x_i, x_L), succeed where those fail", experiment="symmetry"
+  ),
   Claim(
     "4.1",
     "A matrix-valued weight function explodes: full dynamic weights need D^2 functions, the "
     "diagonal D, a sum of H learned matrices H",
+    experiment="param_explosion",
   ),
-  Claim("4.2", "The diagonal restricts what a layer can write: it cannot mix coordinates"),
+  Claim(
+    "4.2",
+    "The diagonal restricts what a layer can write: it cannot mix coordinates",
+    experiment="param_explosion",
+  ),
   Claim(
     "5.1",
     "Only the interaction term can pick a source: an additive coefficient g(x_i) + h(x_L) "
     "fails at recall where a pure interaction (bilinear, low-rank dot product) learns it",
+    experiment="interaction",
   ),
   Claim(
     "5.2",
     "tanh(U x_i + W x_L) interacts only weakly: it learns recall slower than the product",
+    experiment="interaction",
   ),
   Claim(
     "5.3",
     "Factoring A = Wq^T Wk to rank r shrinks the key cache D/r-fold, and a small rank still "
     "recalls",
+    experiment="cache",
   ),
   Claim(
     "6.1",
     "The loop form of the normalized sum equals the masked matrix form",
     kind="check",
-    why="tests/steps/test_s6_softmax.py: the per-position sum against the matrix form",
+    why="tests/nn/test_s6_softmax.py: the per-position sum against the matrix form",
+    experiment="normalization",
   ),
   Claim(
     "6.2",
     "Without normalization quality degrades as L grows; the softmax over the sources holds",
+    experiment="normalization",
   ),
   Claim(
     "7.1",
     "concat + Wo with identity blocks equals the summed heads",
     kind="check",
-    why="tests/steps/test_s7_concat_wo.py: the identity-block fold",
+    why="tests/math/test_mixing.py::test_concat_with_identity_blocks_equals_summed_heads",
+    experiment="heads",
   ),
   Claim(
     "7.2",
     "Low-rank values with concat + Wo keep quality at a rank well below D, shrinking the "
     "value cache",
+    experiment="heads",
   ),
   Claim(
     "8.1",
@@ -110,16 +141,19 @@ CLAIMS = (
     kind="check",
     why="tests/analysis/test_absorption.py: the fold in the single-skip block, its failure "
     "in the split block",
+    experiment="mlp_memory",
   ),
   Claim(
     "8.2",
     "The MLP is a key-value memory: W2's columns are vectors written into the "
     "residual stream, and units fire on recognisable input patterns",
+    experiment="mlp_memory",
   ),
   Claim(
     "8.3",
     "Residual connections let a deep stack train where the plain stack does not",
     source="He et al. 2016, attributed by the article's split-skip step",
+    experiment="skips",
   ),
   Claim(
     "8.4",
@@ -127,11 +161,13 @@ CLAIMS = (
     "signal, where the mask supplies none",
     source="the set argument of Vaswani et al. 2017; the causal mask as a position signal, "
     "Haviv et al. 2022",
+    experiment="positions",
   ),
-  Claim("9.1", "A sliding window loses pin-point recall beyond the window"),
+  Claim("9.1", "A sliding window loses pin-point recall beyond the window", experiment="beyond"),
   Claim(
     "9.2",
     "Attention's cost grows quadratically in L; a window's and a recurrence's linearly",
+    experiment="beyond",
   ),
   Claim(
     "9.3",
@@ -139,6 +175,7 @@ CLAIMS = (
     "blockwise attention wins",
     kind="untested",
     why="memory-bound GPU kernels: read only when a device is lent",
+    experiment="beyond",
   ),
 )
 

@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 
+from experiments import harness
 from experiments.engine import catalog, declare, page, registry, run
 
 
@@ -39,6 +40,7 @@ def _parser():
   g.add_argument("--why", required=True)
   pg = sub.add_parser("page", help="regenerate results/<name>/README.md")
   pg.add_argument("name")
+  sub.add_parser("claims", help="regenerate README.md's claims table from results/")
   c = sub.add_parser("check", help="validate declarations against the registry")
   c.add_argument("name", nargs="?")
   return p
@@ -55,6 +57,13 @@ def main(argv=None):
           e = registry.entry(experiment, size)
           print(f"{name} {size}: version {e['version']} ({e['hash'][:12]})")
       return 0
+    if args.command == "claims":
+      readme = os.path.join(harness.REPO_ROOT, "README.md")
+      with open(readme) as f:
+        text = page.with_claims_table(f.read(), registry.RESULTS)
+      with open(readme, "w") as f:
+        f.write(text)
+      return 0
     experiment = declare.validate(catalog.load(args.name))
     if args.command == "register":
       new = registry.register(experiment, args.size, args.why)
@@ -70,7 +79,7 @@ def main(argv=None):
         print(f"{number} {c['verdict']:<12} {c['text']}")
       if args.record:
         run.record(result, experiment)
-  except (declare.DesignError, KeyError) as err:
+  except (declare.DesignError, KeyError, ValueError) as err:
     print(f"error: {err.args[0] if err.args else err}", file=sys.stderr)
     return 2
   return 0

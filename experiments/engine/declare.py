@@ -121,7 +121,9 @@ class Criterion:
 @dataclasses.dataclass(frozen=True)
 class Size:
   """Everything a size trains with. `task` holds the task's parameters, `model` the fields
-  every arm shares; `points` the axis points trained (or, with a mixed axis, read)."""
+  every arm shares; `points` the axis points trained (or, with a mixed axis, read). A mixed
+  axis may group its points by the setting each trains on, as a mapping {setting: points}:
+  each arm then trains one model per setting and is read at "setting:point"."""
 
   task: Mapping
   model: Mapping
@@ -136,7 +138,8 @@ class Size:
   warmup_steps: int = 50
   early_stop_accuracy: float = 0.99
   reach: float = 0.9  # steps_to: the first step at this validation accuracy
-  points: tuple = ()
+  points: tuple | Mapping = ()
+  arm_steps: Mapping = dataclasses.field(default_factory=dict)  # arm -> its (steps, step_cap)
   extra: Mapping = dataclasses.field(default_factory=dict)  # the measure's own settings
 
   def schedule(self):
@@ -189,11 +192,29 @@ class Experiment:
     raise DesignError(f"{self.name}: criterion {name!r}: no such criterion")
 
   def points(self, size):
-    return tuple(self.sizes[size].points) if self.axis else (None,)
+    """The points each arm is read at (None: no axis)."""
+    if self.axis is None:
+      return (None,)
+    points = self.sizes[size].points
+    if isinstance(points, Mapping):
+      return tuple(f"{setting}:{p}" for setting, ps in points.items() for p in ps)
+    return tuple(points)
 
   def trained_points(self, size):
-    """The points at which each arm trains a model: every point, or one (None) when mixed."""
-    return (None,) if self.axis is None or self.axis.mixed else self.points(size)
+    """The points at which each arm trains a model: every point; with a mixed axis, one
+    (None) or one per setting."""
+    if self.axis is None:
+      return (None,)
+    if not self.axis.mixed:
+      return self.points(size)
+    points = self.sizes[size].points
+    return tuple(points) if isinstance(points, Mapping) else (None,)
+
+  def trained_at(self, point):
+    """The trained point whose model is read at `point`."""
+    if self.axis is None or not self.axis.mixed:
+      return point
+    return point.split(":")[0] if isinstance(point, str) and ":" in point else None
 
 
 def spec(task, params):
@@ -300,6 +321,10 @@ def validate(experiment):
       raise DesignError(f"{e.name}.sizes: {size_name!r} is not one of {SIZES}")
     if size.step_cap < size.steps:
       raise DesignError(f"{e.name}.sizes[{size_name}].step_cap: below steps ({size.steps})")
+    for name, (first, cap) in size.arm_steps.items():
+      e.arm(name)
+      if cap < first:
+        raise DesignError(f"{e.name}.sizes[{size_name}].arm_steps[{name}]: cap below steps")
     if e.axis and not size.points:
       raise DesignError(f"{e.name}.sizes[{size_name}].points: an axis needs its points")
   controls = {c.name for c in e.criteria if c.tests == "control"}

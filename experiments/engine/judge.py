@@ -47,8 +47,8 @@ class Measured:
   budget: dict
   exploratory: tuple
   confirmatory: tuple
-  mixed: bool = False  # one unit per arm, read at every point
   points: tuple = ()  # the size's axis points ("first" and "last" name its ends)
+  trained: dict = dataclasses.field(default_factory=dict)  # label(point) -> its unit's label
 
   @property
   def seeds(self):
@@ -71,18 +71,23 @@ class Measured:
     return [v for s, v in zip(self.seeds, per_seed, strict=True) if s in keep]
 
   def unit(self, arm, point):
-    return label(None if self.mixed else self.resolve(point))
+    key = label(self.resolve(point))
+    return self.trained.get(key, key)
 
   def learning(self, arm, point, group):
-    """The budget when a replica of `group` at (arm, point) is still learning, else None."""
+    """The budget when a replica of `group` at (arm, point) is still learning, else None. A
+    metric of no one unit (a statistic across an arm's settings) reads every unit of the arm;
+    an arm that trained nothing (an analytic quantity) is never learning."""
+    units = self.plateau.get(arm, {})
     key = self.unit(arm, point)
-    statuses = self.plateau.get(arm, {}).get(key)
-    if statuses is None:
-      return None  # measured without training (an untrained or analytic quantity)
+    keys = [key] if key in units else list(units)
     keep = self.exploratory if group == "exploratory" else self.confirmatory
-    if any(st == "learning" for s, st in zip(self.seeds, statuses, strict=True) if s in keep):
-      return self.budget[arm][key]
-    return None
+    budgets = [
+      self.budget[arm][k]
+      for k in keys
+      if any(st == "learning" for s, st in zip(self.seeds, units[k], strict=True) if s in keep)
+    ]
+    return max(budgets) if budgets else None
 
 
 def _case(criterion, case):

@@ -7,8 +7,11 @@ bottom: the claims quoted, what each verdict is and what it means at this scale,
 the criteria with all four readings, the design, and the numbers last.
 """
 
+import os
+import re
+
 from experiments import claims as claims_lib
-from experiments.engine import records
+from experiments.engine import catalog, records
 
 PAGE = "README.md"
 RECORD_SIZES = ("full", "accel", "quick", "tiny")  # the first present is the verdict of record
@@ -21,14 +24,23 @@ def figure_name(result):
 
 def scale(experiment, size_name):
   """The scale a size measures at, in one line: 'V=64 L=16 P=4 D=64, 2 layers, 600-1200
-  steps'."""
+  steps' (with settings: each setting's V, L and points)."""
   s = experiment.sizes[size_name]
   values = dict(s.task) | dict(s.model)
-  parts = [f"{letter}={values[k]}" for k, letter in _LETTERS.items() if k in values]
-  if experiment.axis:
+
+  def letters(values):
+    return [f"{letter}={values[k]}" for k, letter in _LETTERS.items() if k in values]
+
+  parts = letters(values)
+  if experiment.axis and hasattr(s.points, "items"):
+    parts += [f"{name} ({' '.join(letters(s.task[name]))} {experiment.axis.name} in "
+              f"{list(points)})" for name, points in s.points.items()]  # fmt: skip
+  elif experiment.axis:
     parts.append(f"{experiment.axis.name} in {list(s.points)}")
   layers = f", {values['num_layers']} layers" if "num_layers" in values else ""
   budget = f"{s.steps}" if s.steps == s.step_cap else f"{s.steps}-{s.step_cap}"
+  others = sorted({f"{a}-{c}" if a != c else f"{a}" for a, c in s.arm_steps.values()})
+  budget += f" ({', '.join(others)} for some arms)" if others else ""
   return f"{' '.join(parts)}{layers}, {budget} steps"
 
 
@@ -54,6 +66,16 @@ def of_record(found):
   return None
 
 
+def _selected_accuracy(unit):
+  sel = unit["selected"]
+  if sel is None:
+    return "every point diverged"
+  point = (sel["learning_rate"], sel["weight_decay"])
+  values = [r["eval_accuracy"] for r in unit["replicas"]
+            if (r["learning_rate"], r["weight_decay"]) == point]  # fmt: skip
+  return ", ".join(f"{v:.3f}" for v in values)
+
+
 def _plain(claim_number, result):
   """A sentence per claim: its verdict, and the criteria behind it with their readings."""
   verdict = result["claims"][claim_number]["verdict"]
@@ -77,9 +99,12 @@ def render(experiment, folder):
     out += [f"> **{n}** {claims_lib.claim(n).text}.", ""]
   if result is None:
     return "\n".join([*out, "No record yet: the experiment has not been run at a size.", ""])
+  kind = (
+    "Verdict of record" if result["size"] in ("full", "accel") else "Reading (no full record yet)"
+  )
   out += [
-    f"## Verdict of record ({result['size']}, version {result['version']}, {result['date']}, "
-    f"commit {result['commit']}, confirmatory seeds {result['seeds']['confirmatory']})",
+    f"## {kind}: {result['size']}, version {result['version']}, {result['date']}, "
+    f"commit {result['commit']}, confirmatory seeds {result['seeds']['confirmatory']}",
     "",
   ]
   out += [f"- {_plain(n, result)}" for n in result["claims"]]
@@ -113,13 +138,10 @@ def render(experiment, folder):
   out += [f"- {point}: `{spec}`" for point, spec in result["tasks"].items()]
   out += ["", *_table(["arm", "rung", "fields", "what it is"],
                       [[a.name, a.rung, dict(a.fields) or "-", a.note] for a in e.arms]), ""]  # fmt: skip
-  rows = [
-    [u["arm"], u["point"], u["selected"] and u["selected"]["learning_rate"], u["budget"],
-     ", ".join(u["plateau"]), f"{sum(x['eval_accuracy'] for x in u['replicas']) / len(u['replicas']):.3f}"]
-    for u in result["units"]
-  ]  # fmt: skip
+  rows = [[u["arm"], u["point"], u["selected"] and u["selected"]["learning_rate"], u["budget"],
+           ", ".join(u["plateau"]), _selected_accuracy(u)] for u in result["units"]]  # fmt: skip
   out += ["## Numbers", "", *_table(["arm", "point", "selected lr", "budget", "plateau per seed",
-                                     "mean eval accuracy (grid)"], rows), ""]  # fmt: skip
+                                     "eval accuracy per seed (selected point)"], rows), ""]  # fmt: skip
   if len(found) > 1:
     out += ["## Every record", ""]
     rows = [[name, r["size"], r["version"], r["date"],
@@ -128,3 +150,59 @@ def render(experiment, folder):
     out += [*_table(["file", "size", "version", "date", "claims"], rows), ""]
   out += ["Every registered version and run: [log.md](log.md).", ""]
   return "\n".join(out)
+
+
+def claims_rows(results_dir):
+  """One row per numbered claim, in the article's order: its verdict of record and scale, or
+  what reads it instead (a check, untested, or pending: its experiment not yet run at a size
+  of record under the engine)."""
+  rows = []
+  for claim in claims_lib.CLAIMS:
+    folder = os.path.join(results_dir, claim.experiment)
+    found = records.in_folder(folder)
+    result = of_record({k: v for k, v in found.items() if claim.number in v.get("claims", {})})
+    exists = os.path.isdir(folder)
+    link = f"[{claim.experiment}](results/{claim.experiment}/)" if exists else claim.experiment
+    if claim.kind != "trained":
+      rows.append([claim.number, claim.text, f"{claim.kind}: {claim.why}", "-", link])
+    elif result is None:
+      why = "no record yet" if claim.experiment in catalog.DECLARED else "not yet ported"
+      rows.append([claim.number, claim.text, f"pending ({why})", "-", link])
+    else:
+      verdict = result["claims"][claim.number]["verdict"]
+      scale = f"{result['size']} v{result['version']}: {result['scale']}"
+      rows.append([claim.number, claim.text, f"**{verdict}**", scale, link])
+  return rows
+
+
+def extensions_rows(results_dir):
+  rows = []
+  for name in dict.fromkeys(c.experiment for c in claims_lib.CLAIMS):
+    result = of_record(records.in_folder(os.path.join(results_dir, name)))
+    for c in (result or {}).get("criteria", []):
+      if c["tests"] == "extension":
+        rows.append([name, c["statement"], f"**{c['verdict']}** {c['why']}".strip(),
+                     f"{result['size']} v{result['version']}"])  # fmt: skip
+  return rows
+
+
+def claims_table(results_dir):
+  """The README's headline: the claims table, then the extensions in their own table."""
+  lines = _table(["claim", "the article says", "verdict", "measured at", "experiment"],
+                 claims_rows(results_dir))  # fmt: skip
+  ext = extensions_rows(results_dir)
+  if ext:
+    lines += ["", "The project's own questions (extensions: never a claim's verdict):", ""]
+    lines += _table(["experiment", "extension", "verdict", "measured at"], ext)
+  return "\n".join(lines) + "\n"
+
+
+CLAIMS_BLOCK = re.compile(r"(<!-- claims table -->\n)(.*?)(<!-- end claims table -->)", re.S)
+
+
+def with_claims_table(text, results_dir):
+  """`text` (the README) with its claims block regenerated; ValueError when it has none."""
+  if not CLAIMS_BLOCK.search(text):
+    raise ValueError("no '<!-- claims table -->' ... '<!-- end claims table -->' block")
+  table = claims_table(results_dir)
+  return CLAIMS_BLOCK.sub(lambda m: m.group(1) + table + m.group(3), text)

@@ -137,8 +137,9 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
   explore = tuple(size.exploratory_seeds)
   confirm = tuple(s for s in seeds if s not in explore)
   rates = tuple(arm.learning_rates or size.learning_rates)
+  first, cap = size.arm_steps.get(arm.name, (size.steps, size.step_cap))
   stage_one = sweep.grid(explore, rates, tuple(size.weight_decays))
-  budget, history, start = size.steps, [], time.perf_counter()
+  budget, history, start = first, [], time.perf_counter()
   where = arm.name if point is None else f"{arm.name} @ {point}"
 
   def train(config, replicas):
@@ -153,9 +154,9 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
       results.append(train(config, sweep.grid(confirm, (selected[0],), (selected[1],))))
     unit = Unit(arm.name, point, arm.rung, results, tuple(seeds), selected, budget, history, 0.0)
     learning = selected is not None and any(s == "learning" for s in unit.plateau())
-    if not learning or budget >= size.step_cap:
+    if not learning or budget >= cap:
       unit.seconds = time.perf_counter() - start
       return unit
-    grown = min(size.step_cap, budget * GROWTH)
+    grown = min(cap, budget * GROWTH)
     history.append(f"budget {budget} -> {grown} steps: a selected replica still learning")
     budget = grown

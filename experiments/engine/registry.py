@@ -39,9 +39,23 @@ class Unregistered(declare.DesignError):
   """The declaration at a size is not the registered design (or none is registered)."""
 
 
+def _fields(value):
+  """A dataclass's fields that differ from their defaults (a field added later with a default
+  leaves every registered hash as it was)."""
+  out = {}
+  for f in dataclasses.fields(value):
+    v = getattr(value, f.name)
+    if f.default is not dataclasses.MISSING and v == f.default:
+      continue
+    if f.default_factory is not dataclasses.MISSING and v == f.default_factory():
+      continue
+    out[f.name] = v
+  return out
+
+
 def _jsonable(value):
   if dataclasses.is_dataclass(value):
-    return _jsonable(dataclasses.asdict(value))
+    return _jsonable(_fields(value))
   if isinstance(value, dict) or hasattr(value, "items"):
     return {str(k): _jsonable(v) for k, v in sorted(dict(value).items(), key=lambda kv: str(kv[0]))}
   if isinstance(value, (list, tuple)):
@@ -52,7 +66,7 @@ def _jsonable(value):
 def content(experiment, size):
   """The judged content of `experiment` at `size` (a dict of plain JSON values)."""
   e, s = experiment, experiment.sizes[size]
-  criteria = [{k: v for k, v in dataclasses.asdict(c).items() if k != "says"} for c in e.criteria]
+  criteria = [{k: v for k, v in _fields(c).items() if k != "says"} for c in e.criteria]
   return _jsonable(
     {
       "name": e.name,

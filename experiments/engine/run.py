@@ -88,9 +88,10 @@ def measure(experiment, size_name, units, entry):
   seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
   if experiment.measure is not None:
     _merge(metrics, experiment.measure(Trained(units, seeds), size))
-  mixed = bool(experiment.axis and experiment.axis.mixed)
+  points = experiment.points(size_name)
+  trained = {judge.label(p): judge.label(experiment.trained_at(p)) for p in points}
   return judge.Measured(metrics, plateau, budget, tuple(entry["exploratory"]),
-                        tuple(entry["confirmatory"]), mixed, experiment.points(size_name))  # fmt: skip
+                        tuple(entry["confirmatory"]), points, trained)  # fmt: skip
 
 
 def _unit_json(unit):
@@ -161,7 +162,10 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
     "claims": {n: {"text": claims_lib.claim(n).text, "verdict": v} for n, v in verdicts.items()},
     "criteria": [j.as_json() for j in judged],
     "seeds": {"exploratory": entry["exploratory"], "confirmatory": entry["confirmatory"]},
-    "tasks": {judge.label(p): experiment.task(size, p) for p in experiment.points(size_name)},
+    "tasks": {
+      judge.label(p): experiment.task(size, p)
+      for p in dict.fromkeys((*experiment.trained_points(size_name), *experiment.points(size_name)))
+    },  # fmt: skip
     "units": [_unit_json(u) for u in units.values()],
     "metrics": measured.metrics,
   }
