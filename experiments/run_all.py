@@ -37,7 +37,7 @@ from absl import flags
 
 from experiments import cli, protocol, report
 from experiments.engine import catalog as declared
-from experiments.engine import declare, registry
+from experiments.engine import declare, page, registry
 from experiments.engine import run as engine_run
 from jaxformer import compile_cache
 
@@ -372,10 +372,9 @@ def main(argv=None, single=None):
     why = r.why()
     print(f"  {r.experiment:16s} {r.verdict:12s} {plateau_line(r)}" + (f"  ({why})" if why else ""))
   if engine_names:
-    print("\nThe article's claims (experiments/claims.py) read by the declared experiments:")
-    for result in run_declared(engine_names, size, workdir):
-      for number, c in result["claims"].items():
-        print(f"  {number:5s} {c['verdict']:12s} {result['experiment']}: {c['text'][:70]}")
+    quick = {r["experiment"]: r for r in run_declared(engine_names, size, workdir)}
+    print("\nThe article's claims (experiments/claims.py): the verdict of record beside this run")
+    print("\n".join(page.screen(quick, registry.RESULTS)))
   print(f"report: {path}")
   return 1 if any(r.crashed for r in results) else 0
 

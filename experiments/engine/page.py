@@ -206,3 +206,37 @@ def with_claims_table(text, results_dir):
     raise ValueError("no '<!-- claims table -->' ... '<!-- end claims table -->' block")
   table = claims_table(results_dir)
   return CLAIMS_BLOCK.sub(lambda m: m.group(1) + table + m.group(3), text)
+
+
+def _short(text, width):
+  return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def screen(quick, results_dir, width=100):
+  """The main job's last screen: one line per numbered claim, its verdict of record beside
+  this run's quick reading (`quick`: {experiment name: result}) and whether they agree."""
+  lines = [f"{'claim':5} {'the article says':38} {'record':13} {'this run':13} agreement"]
+  for claim in claims_lib.CLAIMS:
+    found = records.in_folder(os.path.join(results_dir, claim.experiment))
+    full = {k: v for k, v in found.items() if k.split(".")[0] in ("full", "accel")}
+    record = of_record(full)
+    recorded = record["claims"][claim.number]["verdict"] if record else "pending"
+    run = quick.get(claim.experiment)
+    reading = (
+      run["claims"][claim.number]["verdict"] if run and claim.number in run["claims"] else "-"
+    )
+    if claim.kind != "trained":
+      recorded, reading, agree = claim.kind, "-", ""
+    elif reading == "-":
+      agree = "not run here"
+    elif recorded == "pending":
+      agree = "no full record yet"
+    elif reading == recorded:
+      agree = "agree"
+    elif reading in ("UNRESOLVED", "INCONCLUSIVE"):
+      agree = "quick cannot decide"
+    else:
+      agree = "DISAGREE"
+    lines.append(_short(f"{claim.number:5} {_short(claim.text, 38):38} {recorded:13} "
+                        f"{reading:13} {agree}", width))  # fmt: skip
+  return lines

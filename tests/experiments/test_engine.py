@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.engine import declare, judge, registry, stats
+from experiments.engine import declare, judge, page, records, registry, stats
 from experiments.engine.declare import Arm, Case, Criterion, Experiment, Metric, Size
 
 SEEDS_EXPLORE, SEEDS_CONFIRM = (100,), (1000, 1001, 1002, 1003, 1004)
@@ -213,3 +213,16 @@ def test_interval_and_every_seed_rules():
   assert stats.read([float("nan"), 1.0], ">=", 0.9, "interval").verdict == stats.UNRESOLVED
   assert stats.statistic("ratio", [4.0, 2.0], against=[2.0, 2.0]) == [2.0, 1.0]
   assert stats.statistic("gain", [0.9], untrained=[0.8]) == pytest.approx([0.1])
+
+
+def test_the_last_screen_pairs_each_claim_with_its_record(tmp_path):
+  full = {"claims": {"5.1": {"verdict": "SUPPORTED"}, "5.2": {"verdict": "SUPPORTED"}}}
+  records.write(full, str(tmp_path / "interaction" / "full.json"))
+  quick = {"interaction": {"claims": {"5.1": {"verdict": "SUPPORTED"},
+                                      "5.2": {"verdict": "REFUTED"}}}}  # fmt: skip
+  lines = {line.split()[0]: line for line in page.screen(quick, str(tmp_path))[1:]}
+  assert lines["5.1"].split()[-1] == "agree"
+  assert lines["5.2"].endswith("DISAGREE")
+  assert "pending" in lines["1.1"] and lines["1.1"].endswith("not run here")
+  assert " check " in lines["6.1"]
+  assert all(len(line) <= 100 for line in lines.values())
