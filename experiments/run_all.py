@@ -64,15 +64,21 @@ ALONE = ("beyond",)
 
 def run_declared(names, size, workdir):
   """The declared experiments (experiments/engine/) at `size`, one after another; a size not
-  registered yet (being sized) is skipped with a line. Returns their results (plain dicts)."""
+  registered yet (being sized) is skipped with a line. One progress line per trained unit;
+  each step's detail goes to <workdir>/<name>/train.log. Returns their results (dicts)."""
   out = []
   for name in names:
     experiment_ = declared.load(name)
     if size not in experiment_.sizes or not registry.versions(experiment_, size):
       print(f"  {name}: no registered {size} design yet (being sized): skipped", flush=True)
       continue
+    folder = os.path.join(workdir, name)
+    os.makedirs(folder, exist_ok=True)
     try:
-      out.append(engine_run.run(experiment_, size, os.path.join(workdir, name), log=lambda t: None))
+      with open(os.path.join(folder, "train.log"), "a") as detail:
+        out.append(engine_run.run(
+          experiment_, size, folder, log=lambda t, f=detail: print(t, file=f, flush=True),
+          progress=lambda t: print(f"  {t}", flush=True)))  # fmt: skip
     except (declare.DesignError, OSError, ValueError) as e:
       print(f"  {name}: did not run: {e}", flush=True)
   return out

@@ -64,17 +64,23 @@ def _merge(into, more):
       )
 
 
-def train(experiment, size_name, seeds, workdir, log=print):
-  """Every unit of the experiment at the size: {(arm, label(point)): policy.Unit}."""
+def train(experiment, size_name, seeds, workdir, log=print, progress=None):
+  """Every unit of the experiment at the size: {(arm, label(point)): policy.Unit}. `log`
+  gets every sweep's progress lines; `progress(text)` one line per unit done, with an ETA."""
   size, units = experiment.sizes[size_name], {}
   store = os.path.join(workdir, "sweeps")
-  for arm in experiment.arms:
-    for point in experiment.trained_points(size_name):
-      task = experiment.task(size, point)
-      unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log)
-      units[(arm.name, judge.label(point))] = unit
-      log(f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "
-          f"plateau {unit.plateau()}")  # fmt: skip
+  todo = [(arm, point) for arm in experiment.arms for point in experiment.trained_points(size_name)]
+  start = time.time()
+  for i, (arm, point) in enumerate(todo, 1):
+    task = experiment.task(size, point)
+    unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log)
+    units[(arm.name, judge.label(point))] = unit
+    line = (f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "
+            f"plateau {', '.join(unit.plateau())}")  # fmt: skip
+    log(line)
+    if progress is not None:
+      left = (time.time() - start) / i * (len(todo) - i)
+      progress(f"[{experiment.name} {i}/{len(todo)}] {line.split(': ', 1)[1]} ({left:.0f} s left)")
   return units
 
 
@@ -132,9 +138,10 @@ def exploratory_entry(experiment, size_name):
 
 
 def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=print,
-        explore=False):  # fmt: skip
+        explore=False, progress=None):  # fmt: skip
   """Trains, measures and judges the registered design at `size_name` (`explore`: the
-  exploratory seeds alone, unregistered); writes and returns the result (plain JSON)."""
+  exploratory seeds alone, unregistered); writes and returns the result (plain JSON).
+  `progress`: a one-line-per-unit callback (the main job's), beside `log`'s detail."""
   declare.validate(experiment)
   if explore:
     entry = exploratory_entry(experiment, size_name)
@@ -142,7 +149,7 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
     entry = registry.entry(experiment, size_name, registry_path)
   start = time.time()
   seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
-  units = train(experiment, size_name, seeds, workdir, log)
+  units = train(experiment, size_name, seeds, workdir, log, progress)
   measured = measure(experiment, size_name, units, entry)
   judged = judge.judge(experiment, measured)
   verdicts = judge.claims(experiment, judged)
