@@ -6,6 +6,7 @@ import importlib
 DECLARED = {
   "fixed_memory": "experiments.s1_fixed_memory",
   "interaction": "experiments.s5_interaction",
+  "positions": "experiments.s8_positions",
 }
 # Declarations that teach (docs/protocol.md): loadable by name, never run by the main job
 EXAMPLES = {"window_recall": "experiments.examples.window_recall"}
