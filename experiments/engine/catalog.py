@@ -5,7 +5,9 @@ import importlib
 
 DECLARED = {
   "fixed_memory": "experiments.s1_fixed_memory",
+  "symmetry": "experiments.s3_symmetry",
   "interaction": "experiments.s5_interaction",
+  "normalization": "experiments.s6_normalization",
   "positions": "experiments.s8_positions",
 }
 # Declarations that teach (docs/protocol.md): loadable by name, never run by the main job

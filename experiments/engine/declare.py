@@ -155,8 +155,10 @@ class Size:
 
 @dataclasses.dataclass(frozen=True)
 class Axis:
-  """The pressure's own axis. `mixed`: one model per arm trains on every point at once and
-  is read at each (Zoology's mixed-pair recall); else each point trains its own model."""
+  """The pressure's own axis. `mixed`: one model per arm (per setting, where the size groups
+  its points by setting) trains on the setting's one task and is read at each of its points:
+  Zoology's mixed-pair recall, where that task is the mixture of the points, or a model
+  trained at a short length and read at longer ones. Else each point trains its own model."""
 
   name: str  # e.g. "P" (MQAR pairs), "L", "depth", "rank"
   mixed: bool = False
