@@ -87,6 +87,10 @@ CLAIMS = (
     "A matrix-valued weight function explodes: full dynamic weights need D^2 functions, the "
     "diagonal D, a sum of H learned matrices H",
     experiment="param_explosion",
+    kind="check",
+    why="tests/experiments/test_s4_param_explosion.py::test_the_cost_criteria_decide_on_the_forms_"
+    "alone and tests/analysis/test_explosion.py: functions, mixing parameters and train-step "
+    "FLOPs of the real modules against D follow the closed forms",
   ),
   Claim(
     "4.2",

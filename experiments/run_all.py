@@ -44,15 +44,11 @@ from jaxformer import compile_cache
 EXPERIMENTS = (
   "fixed_memory",
   "parallelism",
-  "symmetry",
-  "param_explosion",
   "cache",
-  "normalization",
   "heads",
   "mlp_memory",
   "beyond",
   "skips",
-  "positions",
 )
 SIZES = protocol.SIZES
 # Experiments whose criteria read time on the CPU: with several at once they run after the

@@ -50,7 +50,7 @@ def test_a_table_is_generated_from_its_file_and_drift_is_caught(tmp_path):
   row = next(line for line in text.splitlines() if line.startswith("| `skips`"))
   assert "**UNRESOLVED**" in row and "v1 `abababab`" in row and "3/4" in row
   assert "residual_learns: UNRESOLVED (n)" in row and "| 3 + 1 |" in row
-  assert "| `positions` | not run at this size | | | | | | | | |" in text
+  assert "| `beyond` | not run at this size | | | | | | | | |" in text
   assert "**UNRESOLVED** | rejected | v1" in row  # its falsification reading is REFUTED
   doc = tmp_path / "page.markdown"
   doc.write_text(text)

@@ -6,6 +6,7 @@ import importlib
 DECLARED = {
   "fixed_memory": "experiments.s1_fixed_memory",
   "symmetry": "experiments.s3_symmetry",
+  "param_explosion": "experiments.s4_param_explosion",
   "interaction": "experiments.s5_interaction",
   "normalization": "experiments.s6_normalization",
   "positions": "experiments.s8_positions",

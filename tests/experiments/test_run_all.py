@@ -14,8 +14,8 @@ from experiments import report, run_all
 def _declared(passes_control):
   """An experiment declared through the protocol: no arms to train, one control, one claim."""
   return types.SimpleNamespace(
-    NAME="symmetry",
-    CLAIM="symmetry claims",
+    NAME="cache",
+    CLAIM="cache claims",
     get_config=lambda size: {"seeds": (0, 1, 2)},
     arms=lambda config: [],
     controls=lambda metrics, config: [report.Criterion("the control learns", passes_control)],
@@ -63,16 +63,16 @@ def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
 
 
 def test_a_failed_control_makes_the_verdict_inconclusive(tmp_path, monkeypatch, capsys):
-  modules = {"experiments.symmetry": _declared(False), "experiments.heads": _declared(True)}
+  modules = {"experiments.cache": _declared(False), "experiments.heads": _declared(True)}
   modules["experiments.heads"].NAME = "heads"
   monkeypatch.setattr(run_all.importlib, "import_module", modules.__getitem__)
   code = run_all.main(
-    ["--only", "symmetry,heads", "--size", "tiny", "--jobs", "1", "--workdir", str(tmp_path)]
+    ["--only", "cache,heads", "--size", "tiny", "--jobs", "1", "--workdir", str(tmp_path)]
   )
   assert code == 0  # nothing crashed
   results = json.loads((tmp_path / "results.json").read_text())
   assert [(r["experiment"], r["verdict"], r["size"]) for r in results] == [
-    ("symmetry", "INCONCLUSIVE", "tiny"),
+    ("cache", "INCONCLUSIVE", "tiny"),
     ("heads", "SUPPORTED", "tiny"),
   ]
   assert results[0]["controls"][0] == {
@@ -87,7 +87,7 @@ def test_a_failed_control_makes_the_verdict_inconclusive(tmp_path, monkeypatch, 
   out = capsys.readouterr().out
   assert "1 of 2 experiments SUPPORTED, 1 INCONCLUSIVE" in out
   assert (
-    "symmetry         INCONCLUSIVE (nothing trained)  (control failed: the control learns)" in out
+    "cache            INCONCLUSIVE (nothing trained)  (control failed: the control learns)" in out
   )
 
 
