@@ -172,6 +172,11 @@ CLAIMS = (
     "9.2",
     "Attention's cost grows quadratically in L; a window's and a recurrence's linearly",
     experiment="beyond",
+    kind="check",
+    why="tests/experiments/test_s9_beyond.py::test_claim_9_2_dense_memory_grows_as_l_squared_"
+    "the_others_as_l: XLA's compiled temp memory of one causal attention forward and backward "
+    "pass against L has a log-log slope >= 1.8 for dense attention, <= 1.2 for blockwise, "
+    "sliding-window and linear attention's recurrence",
   ),
   Claim(
     "9.3",

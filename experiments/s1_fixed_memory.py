@@ -21,7 +21,8 @@ and Based report fixed states failing.
 A failure is labelled per setting by the rule of `label` below: capacity where recall falls
 with P at a fixed state and a larger state recalls more at the most pairs, learnability
 where the arm fails already at the fewest pairs or still learns at its step cap. The
-recurrent arms train 5,000 steps, the others 3,000 (the sizing run: results/fixed_memory/).
+recurrent arms train 5,000 steps, linear_8 on the easy mixture 6,000, the others 3,000 (the
+sizing runs: results/fixed_memory/log.md).
 """
 
 import jax
@@ -100,7 +101,8 @@ SIZES = {
     model={"d_model": 64, "num_layers": 2}, steps=3000, step_cap=3000,
     learning_rates=(1e-3, 3e-3), exploratory_seeds=(100,), confirmatory=5, batch_size=64,
     eval_every=200, points={"easy": (2, 4), "hard": (2, 4, 8, 16)},
-    arm_steps={name: (5000, 5000) for name in RNN_ARMS}, extra={"eval_examples": 512},
+    arm_steps={name: (5000, 5000) for name in RNN_ARMS} | {"linear_8 @ easy": (6000, 6000)},
+    extra={"eval_examples": 512},
   ),
 }  # fmt: skip
 

@@ -8,8 +8,11 @@ DECLARED = {
   "symmetry": "experiments.s3_symmetry",
   "param_explosion": "experiments.s4_param_explosion",
   "interaction": "experiments.s5_interaction",
+  "cache": "experiments.s5_cache",
   "normalization": "experiments.s6_normalization",
+  "heads": "experiments.s7_heads",
   "positions": "experiments.s8_positions",
+  "beyond": "experiments.s9_beyond",
 }
 # Declarations that teach (docs/protocol.md): loadable by name, never run by the main job
 EXAMPLES = {"window_recall": "experiments.examples.window_recall"}

@@ -139,7 +139,8 @@ class Size:
   early_stop_accuracy: float = 0.99
   reach: float = 0.9  # steps_to: the first step at this validation accuracy
   points: tuple | Mapping = ()
-  arm_steps: Mapping = dataclasses.field(default_factory=dict)  # arm -> its (steps, step_cap)
+  # "arm" or "arm @ trained point" -> its own (steps, step_cap); the second wins
+  arm_steps: Mapping = dataclasses.field(default_factory=dict)
   extra: Mapping = dataclasses.field(default_factory=dict)  # the measure's own settings
 
   def schedule(self):
@@ -323,10 +324,13 @@ def validate(experiment):
       raise DesignError(f"{e.name}.sizes: {size_name!r} is not one of {SIZES}")
     if size.step_cap < size.steps:
       raise DesignError(f"{e.name}.sizes[{size_name}].step_cap: below steps ({size.steps})")
-    for name, (first, cap) in size.arm_steps.items():
+    for key, (first, cap) in size.arm_steps.items():
+      name, _, point = key.partition(" @ ")
       e.arm(name)
+      if point and point not in map(str, e.trained_points(size_name)):
+        raise DesignError(f"{e.name}.sizes[{size_name}].arm_steps[{key}]: no such trained point")
       if cap < first:
-        raise DesignError(f"{e.name}.sizes[{size_name}].arm_steps[{name}]: cap below steps")
+        raise DesignError(f"{e.name}.sizes[{size_name}].arm_steps[{key}]: cap below steps")
     if e.axis and not size.points:
       raise DesignError(f"{e.name}.sizes[{size_name}].points: an axis needs its points")
   controls = {c.name for c in e.criteria if c.tests == "control"}

@@ -137,7 +137,8 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
   explore = tuple(size.exploratory_seeds)
   confirm = tuple(s for s in seeds if s not in explore)
   rates = tuple(arm.learning_rates or size.learning_rates)
-  first, cap = size.arm_steps.get(arm.name, (size.steps, size.step_cap))
+  steps = size.arm_steps
+  first, cap = steps.get(f"{arm.name} @ {point}", steps.get(arm.name, (size.steps, size.step_cap)))
   stage_one = sweep.grid(explore, rates, tuple(size.weight_decays))
   budget, history, start = first, [], time.perf_counter()
   where = arm.name if point is None else f"{arm.name} @ {point}"

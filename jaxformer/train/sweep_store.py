@@ -9,8 +9,9 @@ The key of a sweep is a hash of everything its numbers depend on:
   - the resolved training config (model sized from the task) and the replicas;
   - the prepared datasets' identities (their directory names hash the task spec and, for
     text, the files' paths, sizes and mtimes: jaxformer.data.dataset);
-  - the source of the jaxformer package (every .py file), jax's version, the backend and
-    the device count: a change to the library's code is a new key, never a stale hit.
+  - the source of the jaxformer package (every .py file training can run: jaxformer/analysis/,
+    probes of trained models, is left out), jax's version, the backend and the device count:
+    a change to the library's training code is a new key, never a stale hit.
 
 Each entry is a directory `<key>/` holding `sweep.json` (runs and scalars), `params.npz`
 (each trained leaf stacked over replicas, saved and loaded without pickle) and, for a sweep
@@ -42,12 +43,25 @@ _META = "sweep.json"
 _SCALARS = ("chance", "chance_rule", "compile_seconds", "train_seconds", "steps")
 
 
+# Code no sweep runs: probes of trained models (nothing under jaxformer/ that training imports
+# imports it; tests/train/test_sweep_store.py checks), left out so that adding a probe keeps a
+# long run's finished sweeps.
+NOT_TRAINING = ("analysis",)
+
+
 @functools.cache
 def library_fingerprint():
-  """sha256 over the jaxformer package's .py files (relative path and bytes, sorted)."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  """sha256 over the jaxformer package's .py files that training can run (relative path and
+  bytes, sorted; NOT_TRAINING left out)."""
+  return source_fingerprint(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def source_fingerprint(root):
+  """sha256 over the .py files under `root` but its NOT_TRAINING folders."""
   h = hashlib.sha256()
   for dirpath, dirnames, filenames in os.walk(root):
+    if dirpath == root:
+      dirnames[:] = [d for d in dirnames if d not in NOT_TRAINING]
     dirnames.sort()
     for name in sorted(filenames):
       if name.endswith(".py"):

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from experiments import claims as claims_lib
 from experiments import harness
 from experiments.engine import catalog, declare, page, records, registry
 
@@ -99,3 +100,19 @@ def test_no_function_local_imports_and_no_import_cycle():
 
   for module in graph:
     visit(module, [])
+
+
+def test_every_check_claim_names_a_test_that_exists():
+  """A claim read as a check names the test that proves it: the file exists and so does the
+  test it names after '::' (a renamed or retired test fails here, not silently)."""
+  for claim in claims_lib.CLAIMS:
+    if claim.kind != "check":
+      continue
+    first = claim.why.split(" ")[0].rstrip(":")
+    path, _, test = first.partition("::")
+    full = os.path.join(harness.REPO_ROOT, path)
+    assert os.path.isfile(full), f"claim {claim.number}: {path} does not exist"
+    if test:
+      with open(full) as f:
+        assert f"def {test}(" in f.read(), f"claim {claim.number}: {path} has no {test}"
+  assert {c.kind for c in claims_lib.CLAIMS} <= set(claims_lib.KINDS)

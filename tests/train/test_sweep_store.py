@@ -1,7 +1,9 @@
 """jaxformer.train.sweep_store: a finished sweep is read back, not trained again, and a
 crash while writing one leaves no entry."""
 
+import ast
 import os
+import pathlib
 
 import jax
 import numpy as np
@@ -106,3 +108,24 @@ def test_a_stored_wsd_sweep_keeps_the_state_a_longer_sweep_continues_from(tmp_pa
   assert (
     a.covers(_config(total_steps=10, lr_schedule="wsd", lr_decay_fraction=0.5), REPLICAS) is None
   )
+
+
+def test_the_fingerprint_leaves_out_probes_and_training_never_imports_them(tmp_path):
+  for rel, text in (("train/step.py", "a = 1\n"), ("analysis/probe.py", "b = 1\n")):
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / rel).write_text(text)
+  before = sweep_store.source_fingerprint(str(tmp_path))
+  (tmp_path / "analysis" / "new_probe.py").write_text("c = 2\n")
+  assert sweep_store.source_fingerprint(str(tmp_path)) == before  # a new probe keeps the key
+  (tmp_path / "train" / "step.py").write_text("a = 2\n")
+  assert sweep_store.source_fingerprint(str(tmp_path)) != before  # training code changes it
+  root = pathlib.Path(sweep_store.__file__).resolve().parents[1]
+  for path in root.rglob("*.py"):
+    if path.relative_to(root).parts[0] in sweep_store.NOT_TRAINING:
+      continue
+    for node in ast.walk(ast.parse(path.read_text())):
+      names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+        a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else []  # fmt: skip
+      assert not any(n.startswith("jaxformer.analysis") for n in names), path
+      if isinstance(node, ast.ImportFrom) and node.module == "jaxformer":
+        assert not {a.name for a in node.names} & set(sweep_store.NOT_TRAINING), path

@@ -1,0 +1,83 @@
+"""The skips declaration (experiments/s8_skips.py): its arms differ in the skip and the depth
+alone (the by-construction arm adds one field), its claim criteria read trained arms both
+ways, the slowdown's falsification case is the shallowest depth, and the tiny size runs end to
+end in a scratch registry."""
+
+import importlib
+import os
+
+import pytest
+
+from experiments.engine import declare, page, records, registry, run, stats
+
+m = importlib.import_module("experiments.s8_skips")
+E = m.EXPERIMENT
+
+
+def test_the_declaration_validates():
+  assert declare.validate(E) is E
+  assert E.name == "skips" and E.section == 8 and E.claims == ("8.3",)
+
+
+def test_the_arms_differ_only_in_the_skip_and_the_depth():
+  fields = {a.name: dict(a.fields) for a in E.arms}
+  assert {a.rung for a in E.arms} == {"transformer"}
+  expected = {
+    f"{family}_{d}": m.SHARED | {"skip": skip, "num_layers": d}
+    for d in m.DEPTHS
+    for family, skip in {"residual": "split", "plain": "none"}.items()
+  }
+  assert fields == expected | {"blind": expected[m.RESIDUAL_SHALLOW] | {"mask": "self"}}
+  for size in E.sizes.values():  # no size overrides what sets the arms apart
+    assert not {"skip", "num_layers", "mask"} & set(size.model)
+    assert not size.arm_steps  # every arm starts at the same budget and cap
+
+
+def test_every_claim_criterion_reads_trained_arms_in_both_directions():
+  arms = {a.name for a in E.arms}
+  claimed = [c for c in E.criteria if c.tests in ("8.3", "extension")]
+  assert {c.name for c in claimed if c.tests == "8.3"} == {
+    "residual_trains_deep",
+    "plain_slower_deep",
+  }
+  for c in claimed:
+    for case in (c.positive, c.falsification):
+      assert not case.analytic and case.arm in arms, c.name
+  # the slowdown at the deepest depth is rejected at the shallowest, where the two are alike
+  (slower,) = [c for c in claimed if c.name == "plain_slower_deep"]
+  assert (slower.arm, slower.against) == (m.PLAIN_DEEP, m.RESIDUAL_DEEP)
+  assert (slower.falsification.arm, slower.falsification.against) == (
+    m.PLAIN_SHALLOW, m.RESIDUAL_SHALLOW)  # fmt: skip
+  (trains,) = [c for c in claimed if c.name == "residual_trains_deep"]
+  assert trains.falsification.arm == m.PLAIN_DEEP
+
+
+@pytest.mark.parametrize("size", ["quick", "full"])
+def test_a_flat_plain_stack_reads_a_ratio_the_threshold_can_judge(size):
+  # a stack that never reaches 0.9 reads its budget: at least 10x the residual's ~300 steps
+  s = E.sizes[size]
+  assert s.steps >= 10 * 300 and s.step_cap >= 2 * s.steps
+
+
+def test_the_tiny_size_runs_end_to_end(tmp_path):
+  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
+  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
+  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  assert set(result["claims"]) == {"8.3"}
+  assert result["claims"]["8.3"]["verdict"] in stats.VERDICTS
+  assert result["tasks"]["*"].startswith("mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")
+  seeds = len(result["seeds"]["exploratory"]) + len(result["seeds"]["confirmatory"])
+  arms = [a.name for a in E.arms]
+  for metric in ("adjusted", "steps_to"):
+    assert {a: len(v["*"]) for a, v in result["metrics"][metric].items()} == dict.fromkeys(
+      arms, seeds
+    )
+  (slower,) = [c for c in result["criteria"] if c["name"] == "plain_slower_deep"]
+  assert slower["positive"]["case"] == f"blind against {m.RESIDUAL_DEEP}"
+  assert slower["falsification"]["case"] == f"{m.PLAIN_SHALLOW} against {m.RESIDUAL_SHALLOW}"
+  run.record(result, E, results_dir=results)
+  folder = os.path.join(results, "skips")
+  assert records.read(os.path.join(folder, "tiny.json"))["hash"] == entry["hash"]
+  assert os.path.getsize(os.path.join(folder, "skips_tiny.png")) > 1000
+  with open(os.path.join(folder, page.PAGE)) as f:
+    assert f.read() == page.render(E, folder)
