@@ -38,12 +38,15 @@ def test_every_claim_criterion_reads_trained_arms_in_both_directions():
   claimed = [c for c in E.criteria if c.tests in ("8.3", "extension")]
   assert {c.name for c in claimed if c.tests == "8.3"} == {
     "residual_trains_deep",
-    "plain_slower_deep",
+    "plain_fails_deep",
   }
   for c in claimed:
     for case in (c.positive, c.falsification):
       assert not case.analytic and case.arm in arms, c.name
-  # the slowdown at the deepest depth is rejected at the shallowest, where the two are alike
+  # the plain stack's failure at the deepest depth is rejected at the shallowest, where it
+  # learns; likewise the slowdown, where the two are alike
+  (fails,) = [c for c in claimed if c.name == "plain_fails_deep"]
+  assert (fails.arm, fails.falsification.arm) == (m.PLAIN_DEEP, m.PLAIN_SHALLOW)
   (slower,) = [c for c in claimed if c.name == "plain_slower_deep"]
   assert (slower.arm, slower.against) == (m.PLAIN_DEEP, m.RESIDUAL_DEEP)
   assert (slower.falsification.arm, slower.falsification.against) == (
