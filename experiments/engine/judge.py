@@ -122,7 +122,7 @@ def reading(experiment, criterion, measured, case=None, group="confirmatory", pl
   values = _statistic(experiment, c, measured, where, group)
   r = stats.read(values, c.compare, c.threshold, c.rule)
   if plateau:
-    for arm in {where[0], where[1]} - {None}:
+    for arm in dict.fromkeys(a for a in where[:2] if a is not None):  # in order: a stable note
       budget = measured.learning(arm, where[2], group)
       if budget is not None:
         note = f"{arm} still learning at its step cap ({budget} steps)"
