@@ -28,8 +28,9 @@ def test_the_arms_differ_only_in_the_form_of_w():
   arms = {a.name: a for a in E.arms}
   assert {n: a.rung for n, a in arms.items()} == {
     "full": "full_dynamic", "diagonal": "diagonal_dynamic", "matrix_sum": "matrix_sum",
-    "stateless": "matrix_sum"}  # fmt: skip
+    "wide_sum": "matrix_sum", "stateless": "matrix_sum"}  # fmt: skip
   assert dict(arms["diagonal"].fields) == dict(arms["matrix_sum"].fields) == M.SHARED
+  assert dict(arms["wide_sum"].fields) == M.SHARED | {"num_heads": 1}
   assert dict(arms["stateless"].fields) == M.SHARED | {"mask": "self"}
   # full alone trains narrower: at the others' width its step is the explosion the claim names
   assert dict(arms["full"].fields) == M.SHARED | {"d_model": 8}
@@ -88,7 +89,7 @@ def test_the_tiny_size_runs_end_to_end(tmp_path):
   assert all(c["verdict"] in stats.VERDICTS for c in result["claims"].values())
   seeds = len(entry["exploratory"]) + len(entry["confirmatory"])
   metrics = result["metrics"]
-  for arm in ("full", "diagonal", "matrix_sum", "stateless"):
+  for arm in ("full", "diagonal", "matrix_sum", "wide_sum", "stateless"):
     for metric in ("functions_slope", "params_slope", "flops_slope"):
       (value,) = set(metrics[metric][arm]["mqar"])  # the same on every seed
       assert len(metrics[metric][arm]["mqar"]) == seeds and math.isfinite(value)
