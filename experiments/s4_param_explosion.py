@@ -84,43 +84,16 @@ def _cost(name, metric, says, arm, against, positive, falsification):
 # statements are decided by tests/experiments/test_s4_param_explosion.py on the real modules
 # (each with its positive and falsification case); the run measures and plots the slopes.
 CHECKS = (
-  _cost(
-    "functions_explode",
-    "functions_slope",
-    "full needs D^2 functions, the diagonal D",
-    "full",
-    "diagonal",
-    Case(against="matrix_sum"),
-    Case(arm="matrix_sum"),
-  ),
-  _cost(
-    "sum_keeps_h",
-    "functions_slope",
-    "the diagonal's functions grow with D, a sum of H matrices keeps H",
-    "diagonal",
-    "matrix_sum",
-    Case(arm="full"),
-    Case(against="full"),
-  ),
-  _cost(
-    "params_explode",
-    "params_slope",
-    "full's mixing parameters grow a power of D faster than the sum's",
-    "full",
-    "matrix_sum",
-    Case(against="diagonal"),
-    Case(arm="diagonal"),
-  ),
-  _cost(
-    "flops_explode",
-    "flops_slope",
-    "full's train-step FLOPs per token grow a power of D faster than the sum's",
-    "full",
-    "matrix_sum",
-    Case(against="diagonal"),
-    Case(arm="diagonal"),
-  ),
-)
+  _cost("functions_explode", "functions_slope", "full needs D^2 functions, the diagonal D",
+        "full", "diagonal", Case(against="matrix_sum"), Case(arm="matrix_sum")),
+  _cost("sum_keeps_h", "functions_slope", "the diagonal's functions grow with D, a sum of H "
+        "matrices keeps H", "diagonal", "matrix_sum", Case(arm="full"), Case(against="full")),
+  _cost("params_explode", "params_slope", "full's mixing parameters grow a power of D faster "
+        "than the sum's", "full", "matrix_sum", Case(against="diagonal"), Case(arm="diagonal")),
+  _cost("flops_explode", "flops_slope", "full's train-step FLOPs per token grow a power of D "
+        "faster than the sum's", "full", "matrix_sum", Case(against="diagonal"),
+        Case(arm="diagonal")),
+)  # fmt: skip
 
 CRITERIA = (
   Criterion("diagonal_recalls", "control", "the diagonal learns recall where no coordinate "
