@@ -4,7 +4,8 @@ are read, and the tiny size end to end in a scratch registry."""
 import importlib
 import os
 
-from experiments.engine import declare, page, records, registry, run, stats
+from experiments.engine import declare, page, records, run, stats
+from tests.experiments import scratch
 
 E = importlib.import_module("experiments.s3_symmetry").EXPERIMENT
 
@@ -46,9 +47,7 @@ def test_pairs_sweep_at_a_fixed_width_and_induction_is_read_apart():
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == set(E.claims)
   assert all(c["verdict"] in stats.VERDICTS for c in result["claims"].values())
   seeds = len(entry["exploratory"]) + len(entry["confirmatory"])

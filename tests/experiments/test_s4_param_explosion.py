@@ -9,8 +9,9 @@ import os
 import pytest
 
 from experiments import harness
-from experiments.engine import declare, page, records, registry, run, stats
+from experiments.engine import declare, page, records, run, stats
 from jaxformer.analysis import explosion
+from tests.experiments import scratch
 
 M = importlib.import_module("experiments.s4_param_explosion")
 E = M.EXPERIMENT
@@ -82,9 +83,7 @@ def test_the_cost_criteria_decide_on_the_forms_alone():
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == {"4.2"}
   assert all(c["verdict"] in stats.VERDICTS for c in result["claims"].values())
   seeds = len(entry["exploratory"]) + len(entry["confirmatory"])

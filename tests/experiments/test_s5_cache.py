@@ -5,7 +5,8 @@ D/r-fold shrink, and the tiny size runs end to end in a scratch registry."""
 import importlib
 import os
 
-from experiments.engine import declare, registry, run, stats
+from experiments.engine import declare, stats
+from tests.experiments import scratch
 
 MODULE = importlib.import_module("experiments.s5_cache")
 E = MODULE.EXPERIMENT
@@ -38,9 +39,7 @@ def test_every_claim_criterion_reads_trained_arms_in_both_directions():
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert result["claims"]["5.3"]["verdict"] in stats.VERDICTS
   assert result["seeds"]["confirmatory"] == entry["confirmatory"]
   seeds = len(entry["exploratory"]) + len(entry["confirmatory"])

@@ -7,8 +7,9 @@ import importlib
 
 import pytest
 
-from experiments.engine import declare, registry, run, stats
+from experiments.engine import declare, stats
 from jaxformer import data
+from tests.experiments import scratch
 
 m = importlib.import_module("experiments.s6_normalization")
 E = m.EXPERIMENT
@@ -69,9 +70,7 @@ def test_full_tests_the_claim_where_the_ids_fill_the_dimensions():
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  _, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == {"6.2"}
   assert result["claims"]["6.2"]["verdict"] in stats.VERDICTS
   arms = [a.name for a in E.arms]

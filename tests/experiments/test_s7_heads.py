@@ -5,7 +5,8 @@ ways, and the tiny size runs end to end in a scratch registry."""
 import importlib
 import os
 
-from experiments.engine import declare, page, records, registry, run, stats
+from experiments.engine import declare, page, records, run, stats
+from tests.experiments import scratch
 
 E = importlib.import_module("experiments.s7_heads").EXPERIMENT
 
@@ -40,9 +41,7 @@ def test_every_claim_and_extension_criterion_reads_trained_arms_in_both_directio
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == {"7.2"}
   assert result["claims"]["7.2"]["verdict"] in stats.VERDICTS
   assert result["seeds"]["confirmatory"] == entry["confirmatory"]

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from experiments.engine import declare, page, records, registry, run, stats
+from experiments.engine import declare, page, records, run, stats
+from tests.experiments import scratch
 
 E = importlib.import_module("experiments.s8_positions").EXPERIMENT
 SHARED = {"num_heads": 1, "positions": "none"}
@@ -53,9 +54,7 @@ def test_every_size_copies_at_least_twice_its_string(size):
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == {"8.4"}
   assert result["claims"]["8.4"]["verdict"] in stats.VERDICTS
   assert result["tasks"]["*"].startswith("copy:vocab_size=16,seq_len=8,copy_len=3")

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from experiments.engine import declare, page, records, registry, run, stats
+from experiments.engine import declare, page, records, run, stats
+from tests.experiments import scratch
 
 m = importlib.import_module("experiments.s8_skips")
 E = m.EXPERIMENT
@@ -63,9 +64,7 @@ def test_a_flat_plain_stack_reads_a_ratio_the_threshold_can_judge(size):
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == {"8.3"}
   assert result["claims"]["8.3"]["verdict"] in stats.VERDICTS
   assert result["tasks"]["*"].startswith("mqar:vocab_size=16,seq_len=8,num_kv_pairs=2")

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from experiments.engine import declare, page, records, registry, run, stats
+from experiments.engine import declare, page, records, run, stats
 from jaxformer.analysis import attention_memory
+from tests.experiments import scratch
 
 E = importlib.import_module("experiments.s9_beyond").EXPERIMENT
 M = importlib.import_module("experiments.s9_beyond")
@@ -58,9 +59,7 @@ def test_slope_reads_the_two_largest_lengths():
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
-  reg, results = str(tmp_path / "registry.json"), str(tmp_path / "results")
-  entry = registry.register(E, "tiny", "the test", path=reg, log_dir=results)
-  result = run.run(E, "tiny", str(tmp_path / "work"), registry_path=reg, log=lambda t: None)
+  entry, result, results = scratch.run_tiny(E, tmp_path)
   assert set(result["claims"]) == {"9.1"}
   assert result["claims"]["9.1"]["verdict"] in stats.VERDICTS
   seeds = len(entry["exploratory"]) + len(entry["confirmatory"])
