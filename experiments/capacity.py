@@ -21,7 +21,7 @@ plots accuracy against state size; it fits no exponent and never checks saturati
   plot         S* vs K on log-log axes, each model's slope and interval, and the floor
                K log2(V) bits (in floats of 32 bits)
 
-experiments.fixed_memory and experiments.beyond both judge their capacity claims through this
+experiments.fixed_memory judges its capacity claims through this
 module (`default_law`, `arms`, `controls`, `criteria`, `falsification`, `section`); a caller
 with its own trained grid (the scorecard's widths per mixer) reads the same law with
 `read(points, knobs, pairs, state_of)` and shows it with `table` and `plot`.
@@ -380,8 +380,8 @@ def plot(ax, laws, vocab_size, pairs):
 #
 # An experiment holds its capacity design as a ConfigDict `law` (see `default_law`) and calls
 # `arms(law)`, `states(law)` (in measure, into metrics["state_floats"]), `readings(metrics,
-# law)`, `controls`, `criteria`, `falsification`, `section`: fixed_memory and beyond judge
-# the same law through the same functions.
+# law)`, `controls`, `criteria`, `falsification`, `section`: whichever experiment judges the
+# law, it judges it through the same functions.
 
 
 def default_law():
@@ -411,7 +411,7 @@ def default_law():
   c.num_test_examples = 512
   c.data_seed = 0
   # the law's own training fields (protocol.SCHEDULE) and learning-rate grid when it runs
-  # inside another experiment's config (beyond); empty / None: the experiment's own
+  # inside another experiment's config; empty / None: the experiment's own
   c.schedule = {}
   c.learning_rates = None
   c.step_cap = None  # None: the experiment's step_cap

@@ -51,7 +51,8 @@ CLAIMS = (
     "Recurrence puts L + layers - 1 dependent steps on the critical path; the non-recurrent "
     "net puts one per layer, whatever L",
     kind="check",
-    why="tests/experiments/test_parallelism.py: the compiled program's sequential depth",
+    why="tests/nn/test_s2_parallel.py: the dependency graph's critical path, and the "
+    "sequential depth of every rung's compiled train step against L",
     experiment="parallelism",
   ),
   Claim(

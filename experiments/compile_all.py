@@ -2,28 +2,30 @@
 size would train, compiled for an accelerator this machine does not have; nothing runs.
 
   python -m experiments.run_all --size accel --compile_only=v5e:2x4 --workdir runs/accel_v5e
-  python -m experiments.run_all --size accel --only cache \\
+  python -m experiments.run_all --size full --only cache \\
     --compile_only=gpu:experiments/configs/h100_sxm.txtpb,topology=1x1x8
   python -m experiments.scorecard --size accel --compile_only=v5e:2x4 --compile_limit=1 \\
     --workdir runs/scorecard_v5e                # each mixer's largest sweep, a row each
 
-Each arm of an experiment trains as one sweep (experiments/protocol.py): its seeds x learning
-rates x weight decays in one program of N replicas (jaxformer.train.sweep), the replica axis
-laid along the devices of one host when N divides their number, else every replica on the
-first device. `compile_arms` compiles those programs (init, train step, eval sums) for TARGET
-with that placement (jaxformer.train.compile_only.compile_sweep), once per distinct shape (arms
-with the same shapes share the program, as they do in a run), and writes
-WORKDIR/<experiment>/compile_report.json after each arm; `main` prints one summary row per
-experiment: the largest per-device peak, the device memory, whether every program fits.
-Arms compile largest first (`work`); `main(..., limit=K)` (`--compile_limit=K`) stops after K
-distinct sweeps of each experiment, or of each scorecard mixer (BENCHMARKS.md's tables: K = 1,
-each one's largest), and the report counts the arms it did not reach.
+An experiment trains as sweeps (jaxformer.train.sweep): N replicas (seeds x learning rates x
+weight decays) in one program, the replica axis laid along the devices of one host when N
+divides their number, else every replica on the first device. A sweep here is (label, training
+config, N): `declared_sweeps` lists a declared experiment's (experiments/engine/policy.py: each
+unit's exploratory stage and its confirmatory stage), `protocol_sweeps` an old protocol
+module's arms (experiments/protocol.py: one sweep per arm). `compile_arms` compiles their
+programs (init, train step, eval sums) for TARGET with that placement
+(jaxformer.train.compile_only.compile_sweep), once per distinct shape (sweeps with the same
+shapes share the program, as they do in a run), and writes WORKDIR/<experiment>/
+compile_report.json after each; `main` prints one summary row per experiment: the largest
+per-device peak, the device memory, whether every program fits. Sweeps compile largest first
+(`work`); `main(..., limit=K)` (`--compile_limit=K`) stops after K distinct sweeps of each
+experiment, or of each scorecard mixer (BENCHMARKS.md's tables: K = 1, each one's largest),
+and the report counts the sweeps it did not reach.
 
-What is compiled is each arm's first sweep: the protocol's budget growth recompiles the same
-shapes (total_steps is static) and a learning-rate extension compiles a sweep of fewer
-replicas, so neither needs more memory. Not compiled: the programs an experiment's measure()
-runs beside its sweeps (timing and cost probes), and experiments that train no arm
-(parallelism) report that they have none.
+What is compiled is each sweep at its first budget: budget growth recompiles the same shapes
+(total_steps is static) and a learning-rate extension compiles a sweep of fewer replicas, so
+neither needs more memory. Not compiled: the programs an experiment's measure() runs beside
+its sweeps (timing and cost probes).
 """
 
 import json
@@ -31,6 +33,7 @@ import os
 import time
 
 from experiments import protocol
+from experiments.engine import declare, policy
 from jaxformer import ladder
 from jaxformer.train import compile_only, sweep
 
@@ -60,12 +63,44 @@ def work(config, n, sizes):
   return n * config.batch_size * sizes[0] * ((model.get("d_model") or 1) * depth + sizes[1])
 
 
-def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print, limit=None):
-  """Compiles the sweep programs of `arms` (protocol.Arm, trained under experiment config
-  `config`) for the target, largest first (`work`), at most `limit` distinct ones (None: all);
-  writes OUT_DIR/compile_report.json after each arm; returns the report: the target, and per
-  arm its replicas, placement, batch and programs (an arm that shares an earlier arm's
-  programs names it under `same_as`; `arms_total` counts every arm, compiled or not)."""
+def declared_sweeps(experiment, size_name):
+  """[(label, training config, replicas)] of every sweep a declared experiment trains at the
+  size, at its first budget: each unit's exploratory stage (the size's exploratory seeds x
+  learning rates x weight decays) and its confirmatory stage (the size's confirmatory seeds at
+  the selected point; a one-point grid trains every seed in one stage). DesignError when the
+  size is not declared."""
+  if size_name not in experiment.sizes:
+    declared = ", ".join(experiment.sizes)
+    raise declare.DesignError(f"{experiment.name}: no {size_name} size (declared: {declared})")
+  size, out = experiment.sizes[size_name], []
+  seeds = (*size.exploratory_seeds, *(-1 - i for i in range(size.confirmatory)))  # counts only
+  for arm in experiment.arms:
+    for point in experiment.trained_points(size_name):
+      budget, _ = policy.budgets(size, arm, point)
+      config = policy.unit_config(arm, experiment.task(size, point), size, budget)
+      label = arm.name if point is None else f"{arm.name} @ {point}"
+      for i, (stage_seeds, rates, decays) in enumerate(policy.stages(size, arm, seeds)):
+        replicas = len(stage_seeds) * len(rates or (0,)) * len(decays or (0,))
+        out.append((f"{label} (confirmatory)" if i else label, config, replicas))
+  return out
+
+
+def protocol_sweeps(config, arms):
+  """[(label, training config, replicas)] of an old protocol module's arms under experiment
+  config `config` (experiments/protocol.py: every seed, rate and weight decay in one sweep)."""
+  return [
+    (f"{arm.model} @ {arm.setting}", protocol.arm_config(config, arm),
+     len(protocol.replicas(config, arm)))
+    for arm in arms
+  ]  # fmt: skip
+
+
+def compile_arms(name, sweeps, tgt, out_dir, size=None, echo=print, limit=None):
+  """Compiles the programs of `sweeps` ([(label, training config, replicas)]) for the target,
+  largest first (`work`), at most `limit` distinct ones (None: all); writes
+  OUT_DIR/compile_report.json after each; returns the report: the target, and per sweep its
+  replicas, placement, batch and programs (a sweep that shares an earlier one's programs
+  names it under `same_as`; `arms_total` counts every sweep, compiled or not)."""
   os.makedirs(out_dir, exist_ok=True)
   report = {
     "experiment": name,
@@ -75,16 +110,11 @@ def compile_arms(name, config, arms, tgt, out_dir, size=None, echo=print, limit=
     "device_kind": tgt.device_kind,
     "devices": len(tgt.devices),
     "device_memory_bytes": tgt.memory_bytes,
-    "arms_total": len(arms),
+    "arms_total": len(sweeps),
     "arms": [],
     "compiled": 0,
   }
-  todo = []
-  for arm in arms:
-    tc = protocol.arm_config(config, arm)
-    n = len(protocol.replicas(config, arm))
-    sizes = compile_only.task_sizes(tc)
-    todo.append((f"{arm.model} @ {arm.setting}", tc, n, sizes))
+  todo = [(label, tc, n, compile_only.task_sizes(tc)) for label, tc, n in sweeps]
   todo.sort(key=lambda t: -work(*t[1:]))
   seen = {}
   for i, (label, tc, n, sizes) in enumerate(todo, 1):
@@ -154,9 +184,10 @@ def table(rows, tgt):
 
 
 def main(experiments, size, target_spec, workdir, echo=print, limit=None):
-  """run_all's --compile_only: `experiments` ([(name, config, arms)] or a list of experiment
-  modules) compiled for the target at `size` (at most `limit` distinct sweeps of each, largest
-  first; None: all); one report per experiment under WORKDIR/<name>,
+  """run_all's --compile_only: `experiments` ([(name, sweeps)] as `declared_sweeps` and
+  `protocol_sweeps` list them, or old protocol modules) compiled for the target at `size` (at
+  most `limit` distinct sweeps of each, largest first; None: all); one report per experiment
+  under WORKDIR/<name>,
   WORKDIR/compile_summary.json and the summary table. Returns the exit code: 0, 1 when an
   experiment could not be compiled (its error is in the table), 2 when a program does not fit
   or the target is bad (one line)."""
@@ -167,11 +198,11 @@ def main(experiments, size, target_spec, workdir, echo=print, limit=None):
     return 2
   rows = []
   for i, item in enumerate(experiments, 1):
-    name, config, arms = item if isinstance(item, tuple) else _experiment(item, size)
+    name = item[0] if isinstance(item, tuple) else item.NAME
     echo(f"[{i}/{len(experiments)}] {name} (size={size}) compiled for {tgt.spec} ...")
     try:
-      out_dir = os.path.join(workdir, name)
-      report = compile_arms(name, config, arms, tgt, out_dir, size, echo, limit)
+      sweeps = item[1] if isinstance(item, tuple) else _module_sweeps(item, size)
+      report = compile_arms(name, sweeps, tgt, os.path.join(workdir, name), size, echo, limit)
     except Exception as e:  # one experiment's failure is reported, the others still compile
       refused = isinstance(e, compile_only.DoesNotFit)  # the target's compiler refused it
       why = _first_line(e) if refused else f"{type(e).__name__}: {_first_line(e)}"
@@ -212,7 +243,9 @@ def scorecard(config, mixer, fields, size, target_spec, workdir, echo=print, lim
   by_mixer = {}
   for arm in arms:
     by_mixer.setdefault(card.mixer_of(arm.model), []).append(arm)
-  groups = [(scorecard_group(name), config, group) for name, group in by_mixer.items()]
+  groups = [
+    (scorecard_group(name), protocol_sweeps(config, group)) for name, group in by_mixer.items()
+  ]
   return main(groups, size, target_spec, workdir, echo, limit=limit)
 
 
@@ -223,9 +256,9 @@ def scorecard_group(mixer):
   return f"{card.NAME}/{mixer.replace(' ', '_')}"
 
 
-def _experiment(module, size):
+def _module_sweeps(module, size):
   config = module.get_config(size)
-  return module.NAME, config, module.arms(config) if hasattr(module, "arms") else []
+  return protocol_sweeps(config, module.arms(config) if hasattr(module, "arms") else [])
 
 
 def _first_line(e):

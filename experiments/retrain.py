@@ -10,8 +10,7 @@ writes no result of record: a verdict comes only from the experiment's own run.
 
 --arm names "model @ setting" as the experiment's report does; without it the command lists
 the design's arms (a name the design does not hold is an error naming the nearest). A walked
-capacity law (fixed_memory, beyond) offers every point of its grid, not only those its walk
-visited.
+capacity law (fixed_memory's) offers every point of its grid, not only those its walk visited.
 --seeds defaults to the design's confirmatory seeds, --learning_rates to the arm's grid,
 --steps to the arm's first budget. --set PATH=VALUE (repeatable) asks "what if the design
 had ...": it sets a field of the design's config (a Python literal; PATH dotted, a new leaf

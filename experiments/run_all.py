@@ -1,83 +1,61 @@
-"""The main job: every design-pressure experiment, one report.
+"""The main job: every experiment, a few at once, then the claims beside their records.
 
   python -m experiments.run_all --workdir runs/ladder --jobs 2     # `make run`: size quick
   python -m experiments.run_all --size full --workdir runs/full    # the full grids
-  python -m experiments.run_all --only fixed_memory,cache --size tiny
-  python -m experiments.fixed_memory --workdir runs/fixed_memory   # one experiment alone
-  python -m experiments.heads --size tiny --config.confirmatory_seeds='(0,)'  # overridden
+  python -m experiments.run_all --only cache,heads --size tiny
+  python -m experiments.engine run cache --size quick              # one declared experiment alone
+  python -m experiments.fixed_memory --workdir runs/fixed_memory   # one old-protocol one alone
+  python -m experiments.fixed_memory --size tiny --config.confirmatory_seeds='(0,)'  # overridden
 
-Sizes: tiny (the tests: seconds), quick (`make run`: budget 10 minutes on 2 CPU cores for
-all of them; 3 confirmatory + 1 exploratory seeds per trained arm, one learning rate, no
-budget growth, so a model still learning is UNRESOLVED), full (the capacity grids, 5 + 2
-seeds, the full learning-rate grid, budgets growing to their caps: 30 minutes per experiment
-on 2 CPU cores), accel (one GPU or TPU host).
+Every experiment runs in its own worker process, --jobs at once, the longest first
+(experiments/workers.py): the declared ones (experiments/engine/catalog.py) through the verdict
+engine, a size not registered yet (being sized) skipped with a line, and those still on the
+old protocol (EXPERIMENTS) through it. Each running experiment has one live line
+(experiments/board.py): its units done (an arm at a point, trained to its plateau or cap), the
+unit training now and its step, the time left at its pace so far; a bar on a terminal, an
+occasional plain line when piped. Every step's detail goes to <workdir>/<name>/train.log. An
+experiment that fails is reported with its error and its log, and the others still run; the
+exit code is then 1.
 
-Writes <workdir>/report.md, <workdir>/results.json and the plots beside them, rewritten after
-each experiment. Verdicts: SUPPORTED, REFUTED, UNRESOLVED (e.g. a model still learning at its
-step cap: an honest verdict at quick), INCONCLUSIVE (a control failed, or the falsification arm
-was accepted); the summary prints each experiment's plateau count and what its verdict rests
-on. An experiment that crashes is reported as UNRESOLVED with its error and the others still
-run; the exit code is 1 if any crashed. Seeds are fixed, so a rerun gives the same verdicts (up
-to timing measurements, which the report marks as such). One experiment alone takes
-`--config.FIELD=VALUE` overrides of its config at the size; its results record that the
-config is not the registered design's (`config_as_registered`).
+Sizes: tiny (the tests: seconds), quick (`make run`: minutes each on 2 CPU cores; a model still
+learning at its step cap is UNRESOLVED, an honest verdict at quick), full (the verdicts of
+record), accel (one GPU or TPU host).
+
+The last screen (experiments/engine/page.py) pairs each of the article's claims with its verdict
+of record and this run's reading; <workdir>/claims.md is the report a person reads in five
+minutes (experiments/engine/summary.py): that table, a figure with one panel per claim
+(<workdir>/claims.png) and a short section per claim. The old protocol's experiments also write <workdir>/report.md,
+<workdir>/results.json and their plots, rewritten after each, and print a summary: each one's
+verdict, plateau count and what it rests on. Seeds are fixed, so a rerun gives the same verdicts
+(up to timing measurements). One old-protocol experiment alone takes `--config.FIELD=VALUE`
+overrides of its config at the size; its results record that the config is not the registered
+design's (`config_as_registered`).
 """
 
-import concurrent.futures
 import gzip
 import importlib
-import json
-import multiprocessing
 import os
 import sys
 import time
 import traceback
+import types
 
 from absl import flags
 
-from experiments import cli, protocol, report
+from experiments import board, cli, compile_all, protocol, report, workers
 from experiments.engine import catalog as declared
-from experiments.engine import declare, page, registry
+from experiments.engine import declare, page, records, registry
 from experiments.engine import run as engine_run
+from experiments.engine import summary as claims_report
 from jaxformer import compile_cache
 
+# Experiments still on the old protocol (experiments/protocol.py), run the old way until their
+# declarations' sizes are registered: each port removes its line here.
 EXPERIMENTS = (
   "fixed_memory",
-  "parallelism",
-  "cache",
-  "heads",
   "mlp_memory",
-  "beyond",
-  "skips",
 )
 SIZES = protocol.SIZES
-# Experiments whose criteria read time on the CPU: with several at once they run after the
-# others, alone, so that no neighbour's load enters their timings (beyond's quick
-# sliding-window CPU-time slope read 0.97-1.07 alone and 1.27-1.48 beside another worker,
-# against the 1.2 it allows: BENCHMARKS.md, `make run` at a81fe15)
-ALONE = ("beyond",)
-
-
-def run_declared(names, size, workdir):
-  """The declared experiments (experiments/engine/) at `size`, one after another; a size not
-  registered yet (being sized) is skipped with a line. One progress line per trained unit;
-  each step's detail goes to <workdir>/<name>/train.log. Returns their results (dicts)."""
-  out = []
-  for name in names:
-    experiment_ = declared.load(name)
-    if size not in experiment_.sizes or not registry.versions(experiment_, size):
-      print(f"  {name}: no registered {size} design yet (being sized): skipped", flush=True)
-      continue
-    folder = os.path.join(workdir, name)
-    os.makedirs(folder, exist_ok=True)
-    try:
-      with open(os.path.join(folder, "train.log"), "a") as detail:
-        out.append(engine_run.run(
-          experiment_, size, folder, log=lambda t, f=detail: print(t, file=f, flush=True),
-          progress=lambda t: print(f"  {t}", flush=True)))  # fmt: skip
-    except (declare.DesignError, OSError, ValueError) as e:
-      print(f"  {name}: did not run: {e}", flush=True)
-  return out
 
 
 def experiment(name, module_path=None):
@@ -89,16 +67,16 @@ def experiment(name, module_path=None):
   return importlib.import_module(module_path or f"experiments.{name}")
 
 
-def run_one(module, size, workdir, config=None):
-  """Runs one experiment module (at `config`, default its config at `size`); a crash becomes
-  an UNRESOLVED result that names the error."""
+def run_one(module, size, workdir, config=None, log=print):
+  """Runs one old-protocol module (at `config`, default its config at `size`); a crash
+  becomes an UNRESOLVED result that names the error."""
   start, cpu, compiling = time.time(), time.process_time(), compile_cache.compile_seconds()
   try:
     import jax
 
-    print(f"  {module.NAME}: on {jax.local_device_count()} {jax.default_backend()} device(s)")
+    log(f"  {module.NAME}: on {jax.local_device_count()} {jax.default_backend()} device(s)")
     config = module.get_config(size) if config is None else config
-    result = protocol.run(module, config, workdir, size)
+    result = protocol.run(module, config, workdir, size, log=log)
   except Exception as e:  # report it and keep going: nothing else is lost
     traceback.print_exc()
     result = crashed(module, size, e)
@@ -110,121 +88,65 @@ def run_one(module, size, workdir, config=None):
 
 
 def crashed(module, size, error):
-  """The UNRESOLVED result of an experiment that raised `error` instead of measuring."""
+  """The UNRESOLVED result of an experiment stopped by `error` (an exception, or its text)."""
+  why = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
   return report.Result(
     experiment=module.NAME,
     claim=module.CLAIM,
     setup=f"size={size}",
-    criteria=[
-      report.Criterion(
-        f"ran to completion (crashed: {type(error).__name__}: {error})",
-        verdict=report.UNRESOLVED,
-      )
-    ],
-    metrics={"error": f"{type(error).__name__}: {error}"},
+    criteria=[report.Criterion(f"ran to completion (crashed: {why})", verdict=report.UNRESOLVED)],
+    metrics={"error": why},
     crashed=True,
     size=size,
   )
 
 
-class _Prefixed:
-  """A text stream that starts every line written through it with `prefix` (a worker's
-  progress lines stay readable when two experiments print at once)."""
-
-  def __init__(self, stream, prefix):
-    self.stream, self.prefix, self.at_start = stream, prefix, True
-
-  def write(self, text):
-    for line in text.splitlines(keepends=True):
-      self.stream.write((self.prefix if self.at_start else "") + line)
-      self.at_start = line.endswith("\n")
-    return len(text)
-
-  def flush(self):
-    self.stream.flush()
+def run_protocol(task, tracker):
+  """A worker's runner of an old-protocol experiment: its report.Result."""
+  module = experiment(task.name, task.module)
+  return run_one(module, task.size, task.workdir, log=tracker.log)
 
 
-def core_sets(jobs):
-  """The cores this process may run on, dealt into `jobs` disjoint sets (cores 0 2 4 ... and
-  1 3 5 ... for two jobs); None when there are fewer cores than jobs or the platform cannot
-  pin a process to cores."""
-  if not hasattr(os, "sched_setaffinity"):
+def run_declared(task, tracker):
+  """A worker's runner of a declared experiment: the engine's result, its files in
+  <workdir>/<name>."""
+  experiment_ = declared.load(task.name, task.module)
+  return engine_run.run(experiment_, task.size, task.folder, log=tracker.log,
+                        progress=tracker.progress)  # fmt: skip
+
+
+def task(name, size, workdir):
+  """The worker task of experiment `name` at `size`."""
+  runner = run_protocol if name in EXPERIMENTS else run_declared
+  return workers.Task(name, runner, size, workdir)
+
+
+def unregistered(name, size):
+  """Why declared experiment `name` cannot run at `size` yet, or None when it can."""
+  if name in EXPERIMENTS:
     return None
-  cores = sorted(os.sched_getaffinity(0))
-  if len(cores) < jobs:
-    return None
-  return [cores[i::jobs] for i in range(jobs)]
-
-
-def _pin_to_cores(sets):
-  """A worker's initializer: takes one set of cores from the queue `sets` and keeps this
-  process on them, before JAX sizes its thread pools from the cores it may use."""
-  os.sched_setaffinity(0, sets.get())
-
-
-def _worker(name, size, workdir, module_path=None):
-  """One experiment in a worker process (the module at `module_path` when given, else
-  experiment `name`): its lines are prefixed with its name."""
-  sys.stdout = _Prefixed(sys.__stdout__, f"{name}| ")
-  sys.stderr = _Prefixed(sys.__stderr__, f"{name}| ")
-  compile_cache.enable()
-  module = experiment(name, module_path)
-  return run_one(module, size, workdir)
+  experiment_ = declared.load(name)
+  if size not in experiment_.sizes or not registry.versions(experiment_, size):
+    return f"no registered {size} design yet (being sized)"
+  return None
 
 
 def longest_first(names, size, results_dir="results"):
-  """`names` ordered by the wall time each took at `size` in `results_dir` (the committed
-  results), longest first, the unmeasured ones first of all; ties keep their order. Started in
-  this order, parallel workers finish together instead of waiting on one long tail."""
+  """`names` ordered by the wall time each took at `size` in `results_dir` (a declared
+  experiment's record results/<name>/<size>.json, an old one's results/<name>_<size>.json.gz),
+  longest first, the unmeasured ones first of all; ties keep their order. Started in this
+  order, parallel workers finish together instead of waiting on one long tail."""
 
   def seconds(name):
-    path = os.path.join(results_dir, f"{name}_{size}.json.gz")
-    try:
-      with gzip.open(path, "rt") as f:
-        return float(json.load(f)["seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-      return float("inf")
+    for path in (os.path.join(results_dir, name, f"{size}.json"),
+                 os.path.join(results_dir, f"{name}_{size}.json.gz")):  # fmt: skip
+      try:
+        return float(records.read(path)["seconds"])
+      except (OSError, ValueError, KeyError, TypeError, gzip.BadGzipFile):
+        continue
+    return float("inf")
 
   return sorted(names, key=lambda n: -seconds(n))
-
-
-def run_parallel(names, size, workdir, jobs, on_result, module_paths=None):
-  """Runs experiments `names` in `jobs` worker processes (spawned: each its own JAX runtime),
-  the longest first; calls on_result(name, result) as each finishes; returns the results in the
-  order of `names`. `module_paths` maps a name to the module to import instead of
-  experiments.<name> (the tests' declared stand-ins). XLA compiles on one core, so one
-  experiment alone leaves a core idle while it compiles; in `make run` at two workers each
-  experiment used about one core (BENCHMARKS.md). Each worker keeps to its own share of the
-  cores (`core_sets`): unpinned, two workers' XLA thread pools each sized for every core and
-  contended for both, which cost about 13% more CPU time and wall time (BENCHMARKS.md, `make
-  run` workers pinned to cores). Workers run on the CPU unless JAX_PLATFORMS is set."""
-  context = multiprocessing.get_context("spawn")
-  jobs = min(jobs, len(names))
-  sets = core_sets(jobs)
-  pinning = {}
-  if sets is not None:
-    queue = context.SimpleQueue()
-    for cores in sets:
-      queue.put(cores)
-    pinning = {"initializer": _pin_to_cores, "initargs": (queue,)}
-  done = {}
-  # Two processes cannot share one accelerator (a TPU is held by one process, a GPU's memory
-  # preallocated by the first), so workers run on the CPU unless JAX_PLATFORMS says otherwise
-  # (spawned workers read this process's environment).
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, **pinning) as pool:
-    futures = {
-      pool.submit(_worker, name, size, workdir, (module_paths or {}).get(name)): name
-      for name in longest_first(names, size)
-    }
-    for future in concurrent.futures.as_completed(futures):
-      name = futures[future]
-      try:
-        done[name] = future.result()
-      except Exception as e:  # the worker process died (run_one catches what it raises)
-        done[name] = crashed(experiment(name), size, e)
-      on_result(name, done[name])
-  return [done[name] for name in names]
 
 
 def plateau_line(result):
@@ -302,83 +224,126 @@ def _define(values, argv, single):
   )
   flags.DEFINE_integer(
     "jobs",
-    1,
-    "Experiments run at once, each in its own process on the CPU (`make run`: 2); keep 1 on "
-    "a GPU or TPU host, whose device one process holds.",
+    2,
+    "Experiments run at once, each in its own worker process (on the CPU when more than one "
+    "runs at once); keep 1 on a GPU or TPU host, whose device one process holds.",
     lower_bound=1,
     flag_values=values,
   )
 
 
+def summary(results, workdir, wall):
+  """The old protocol's summary of `results` (report.md rewritten); returns its path."""
+  path = report.write(results, workdir)
+  seconds, compiling = sum(r.seconds for r in results), sum(r.compile_seconds for r in results)
+  print(
+    f"\n{report.tally(results)}: {seconds:.0f} s of experiments"
+    f" ({sum(r.cpu_seconds for r in results):.0f} CPU s; {compiling:.0f} s compiling, "
+    f"{compiling / max(seconds, 1e-9):.0%}) in {wall:.0f} s wall"
+  )
+  for r in results:
+    why = r.why()
+    print(f"  {r.experiment:16s} {r.verdict:12s} {plateau_line(r)}" + (f"  ({why})" if why else ""))
+  return path
+
+
+def one_alone(name, size, workdir, config):
+  """`python -m experiments.<name>`: one old-protocol experiment in this process, its detail
+  printed."""
+  lay_over_cores(0, 1)
+  compile_cache.enable()
+  start = time.time()
+  print(f"{name} (size={size}) ...", flush=True)
+  result = run_one(experiment(name), size, workdir, config)
+  path = summary([result], workdir, time.time() - start)
+  print(f"report: {path}")
+  return 1 if result.crashed else 0
+
+
+def run_tasks(tasks, jobs, workdir, stream=None):
+  """Runs `tasks` in worker processes, `jobs` at once, with a live line each; returns (the
+  old protocol's results, the declared results by name, [(name, error, log path)] of those
+  that failed). The old protocol's report.md is rewritten after each of its results."""
+  stream = stream or sys.stdout
+  screen, old, quick, failed, ended = board.Board(stream), [], {}, [], []
+
+  def done(task_, kind, payload):
+    name = task_.name
+    if kind == "error" and name in EXPERIMENTS:  # its worker died: no result came back
+      payload = crashed(types.SimpleNamespace(NAME=name, CLAIM=""), task_.size, payload)
+      kind = "result"
+    if kind == "error":
+      failed.append((name, payload, task_.log_path))
+      line = f"{name}: FAILED: {payload}"
+    elif isinstance(payload, report.Result):
+      old.append(payload)
+      report.write(old, workdir)  # rewritten after each: a crash later loses nothing
+      line = (f"{name}: {payload.verdict} in {payload.seconds:.0f} s ({payload.cpu_seconds:.0f} "
+              f"CPU s, {payload.compile_seconds:.0f} s compiling)")  # fmt: skip
+      if payload.crashed:
+        failed.append((name, payload.metrics["error"], task_.log_path))
+    else:
+      quick[name] = payload
+      verdicts = ", ".join(f"{n} {c['verdict']}" for n, c in payload["claims"].items())
+      line = f"{name}: {verdicts or 'no claims'} in {payload['seconds']:.0f} s"
+    ended.append(name)
+    screen.finish(name, f"[{len(ended)}/{len(tasks)}] {line}")
+
+  workers.run(tasks, jobs, screen, done)
+  return old, quick, failed
+
+
 def main(argv=None, single=None):
-  """`python -m experiments.run_all` (or, with `single`, one experiment's command line);
-  argv: the arguments after the program name (None: sys.argv's). Returns the exit code."""
+  """`python -m experiments.run_all` (or, with `single`, one old-protocol experiment's command
+  line); argv: the arguments after the program name (None: sys.argv's). Returns the exit
+  code."""
   doc = __doc__ if not single else f"{experiment(single).__doc__.strip()}\n\n{__doc__}"
   values, rest = cli.command_line(doc, lambda v, a: _define(v, a, single), argv)
   if rest:
     cli.usage_error(f"unexpected arguments {rest}")
   size, workdir = values.size, values.workdir
-  # a declared experiment whose old module still runs (not yet ported) runs the old way
+  # an experiment whose old module still runs (not yet ported) runs the old way
   ported = [n for n in declared.DECLARED if n not in EXPERIMENTS]
   names = [single] if single else values.only or [*EXPERIMENTS, *ported]
   unknown = [n for n in names if n not in EXPERIMENTS and n not in ported]
   if unknown:
     known = ", ".join([*EXPERIMENTS, *ported])
     cli.usage_error(f"--only: unknown experiment(s) {unknown}; choose from {known}")
-  engine_names = [n for n in names if n in ported]
-  names = [n for n in names if n not in ported]
   if values.compile_only is not None:
-    from experiments import compile_all
-
-    modules = [experiment(n) for n in names]
+    items = [experiment(n) for n in names if n in EXPERIMENTS]
+    for name in (n for n in names if n not in EXPERIMENTS):
+      try:
+        items.append((name, compile_all.declared_sweeps(declared.load(name), size)))
+      except declare.DesignError as e:
+        print(f"  {name}: {e}: skipped", flush=True)
     limit = values.compile_limit or None
-    return compile_all.main(modules, size, values.compile_only, workdir, limit=limit)
-  config = values.config if single else None
-  jobs = 1 if single else values.jobs
-  lay_over_cores(0 if single else values.cpu_devices, min(jobs, len(names)))
+    return compile_all.main(items, size, values.compile_only, workdir, limit=limit)
+  if single:
+    return one_alone(single, size, workdir, values.config)
+  skipped = {n: why for n in names if (why := unregistered(n, size))}
+  for name, why in skipped.items():
+    print(f"  {name}: {why}: skipped", flush=True)
+  names = [n for n in names if n not in skipped]
+  tasks = [task(n, size, workdir) for n in longest_first(names, size)]
+  jobs = min(values.jobs, len(tasks)) or 1
+  lay_over_cores(values.cpu_devices, jobs)
+  print(f"{len(tasks)} experiments (size={size}), {jobs} at once; each one's detail in "
+        f"{os.path.join(workdir, '<name>', workers.LOG)}", flush=True)  # fmt: skip
   start = time.time()
-  results = []
-
-  def finished(name, result):
-    results.append(result)
-    print(
-      f"[{len(results)}/{len(names)}] {name}: {result.verdict} in {result.seconds:.1f} s "
-      f"({result.cpu_seconds:.0f} CPU s, {result.compile_seconds:.0f} s compiling)",
-      flush=True,
-    )
-    report.write(results, workdir)  # rewrite after each: a crash later loses nothing
-
-  if jobs > 1 and len(names) > 1:
-    alone = [n for n in names if n in ALONE]
-    together = [n for n in names if n not in ALONE]
-    after = f", then {', '.join(alone)} alone (it times the CPU)" if alone else ""
-    print(f"{len(names)} experiments (size={size}), {jobs} at once{after} ...", flush=True)
-    done = {}
-    for group, at_once in ((together, jobs), *(([n], 1) for n in alone)):  # alone: after
-      if group:
-        done.update(zip(group, run_parallel(group, size, workdir, at_once, finished), strict=True))
-    results[:] = [done[n] for n in names]
-  else:
-    compile_cache.enable()
-    for i, name in enumerate(names, 1):
-      print(f"[{i}/{len(names)}] {name} (size={size}) ...", flush=True)
-      finished(name, run_one(experiment(name), size, workdir, config))
-  path = report.write(results, workdir)
-  seconds, compiling = sum(r.seconds for r in results), sum(r.compile_seconds for r in results)
-  print(
-    f"\n{report.tally(results)}: {seconds:.0f} s of experiments"
-    f" ({sum(r.cpu_seconds for r in results):.0f} CPU s; {compiling:.0f} s compiling, "
-    f"{compiling / max(seconds, 1e-9):.0%}) in {time.time() - start:.0f} s wall"
-  )
-  for r in results:
-    why = r.why()
-    print(f"  {r.experiment:16s} {r.verdict:12s} {plateau_line(r)}" + (f"  ({why})" if why else ""))
-  if engine_names:
-    quick = {r["experiment"]: r for r in run_declared(engine_names, size, workdir)}
+  old, quick, failed = run_tasks(tasks, jobs, workdir)
+  path = summary(old, workdir, time.time() - start) if old else None
+  if any(n not in EXPERIMENTS for n in names):
     print("\nThe article's claims (experiments/claims.py): the verdict of record beside this run")
     print("\n".join(page.screen(quick, registry.RESULTS)))
-  print(f"report: {path}")
-  return 1 if any(r.crashed for r in results) else 0
+    claims_md = os.path.join(workdir, "claims.md")
+    claims_report.report(quick, claims_report.committed(registry.RESULTS), claims_md)
+    print(f"the claims, with a figure per claim: {claims_md}")
+  for name, error, log in failed:
+    print(f"\n{name} FAILED: {error}\n  its log: {log}")
+  if path:
+    print(f"report: {path}")
+  print(f"{len(tasks)} experiments in {board.duration(time.time() - start)} wall")
+  return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ SUFFIXES = {".md", ".py", ".ipynb", ".sh", ".cfg", ".toml", ".txt"}
 NAMES = {"Makefile"}
 # Written by the code, not stored: experiments/report.py, experiments/gpu_bench.sh and the
 # engine's per-experiment log (experiments/engine/registry.py).
-WRITTEN_AT_RUN_TIME = {"report.md", "benchmarks_gpu.md", "scorecard.md", "log.md"}
+WRITTEN_AT_RUN_TIME = {"report.md", "claims.md", "benchmarks_gpu.md", "scorecard.md", "log.md"}
 
 MARKDOWN_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 MD_MENTION = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.md)\b")

@@ -11,8 +11,9 @@ One idea per module:
   page       the generated page results/<name>/README.md
   records    result files (JSON, no pickle)
   figures    plotting helpers for a declaration's figure
+  summary    one panel per trained claim (docs/img/claims.png) and the main job's report
   catalog    the declared experiments by name
-  cli        python -m experiments.engine {run,register,page,check} NAME ...
+  cli        python -m experiments.engine {run,register,page,check,claims,summary} ...
 
 The method is stated once in docs/protocol.md.
 """

@@ -11,6 +11,7 @@ DECLARED = {
   "cache": "experiments.s5_cache",
   "normalization": "experiments.s6_normalization",
   "heads": "experiments.s7_heads",
+  "mlp_memory": "experiments.s8_mlp_memory",
   "skips": "experiments.s8_skips",
   "positions": "experiments.s8_positions",
   "beyond": "experiments.s9_beyond",

@@ -10,6 +10,9 @@ page NAME
     regenerate results/<name>/README.md from the records beside it
 check [NAME]
     validate every declaration and check each size is its registered design
+summary
+    draw docs/img/claims.png, one panel per trained claim, from the committed records (full
+    where there is one, else quick), and docs/img/claims.json, the hash they were drawn from
 """
 
 import argparse
@@ -17,7 +20,7 @@ import os
 import sys
 
 from experiments import harness
-from experiments.engine import catalog, declare, page, registry, run
+from experiments.engine import catalog, declare, page, registry, run, summary
 
 
 def _parser():
@@ -41,6 +44,7 @@ def _parser():
   pg = sub.add_parser("page", help="regenerate results/<name>/README.md")
   pg.add_argument("name")
   sub.add_parser("claims", help="regenerate README.md's claims table from results/")
+  sub.add_parser("summary", help="draw docs/img/claims.png from the committed records")
   c = sub.add_parser("check", help="validate declarations against the registry")
   c.add_argument("name", nargs="?")
   return p
@@ -63,6 +67,12 @@ def main(argv=None):
         text = page.with_claims_table(f.read(), registry.RESULTS)
       with open(readme, "w") as f:
         f.write(text)
+      return 0
+    if args.command == "summary":
+      found = summary.committed(registry.RESULTS)
+      summary.write(found)
+      drawn = ", ".join(f"{name} {r['size']}" for name, r in found.items())
+      print(f"{os.path.relpath(summary.FIGURE)}: drawn from {drawn or 'no records'}")
       return 0
     experiment = declare.validate(catalog.load(args.name))
     if args.command == "register":

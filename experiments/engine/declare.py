@@ -141,6 +141,9 @@ class Size:
   points: tuple | Mapping = ()
   # "arm" or "arm @ trained point" -> its own (steps, step_cap); the second wins
   arm_steps: Mapping = dataclasses.field(default_factory=dict)
+  # arm -> its learning-rate grid at this size, where it differs from the arm's own (a quick
+  # size trains each arm at the rate its sizing run selected)
+  arm_rates: Mapping = dataclasses.field(default_factory=dict)
   extra: Mapping = dataclasses.field(default_factory=dict)  # the measure's own settings
 
   def schedule(self):
@@ -181,6 +184,9 @@ class Experiment:
   measure: Callable | None = None  # (trained, size) -> {metric: {arm: {point: [per seed]}}}
   figure: Callable | None = None  # (result, path) -> None: the figure that decides the claims
   label: Callable | None = None  # (result) -> {arm: label}: a failure's kind, by a registered rule
+  # (ax, result, number) -> None: claim `number`'s summary panel, where the generic one of
+  # experiments/engine/summary.py cannot show it well (not judged, not hashed)
+  panel: Callable | None = None
 
   def arm(self, name):
     for a in self.arms:
@@ -331,6 +337,11 @@ def validate(experiment):
         raise DesignError(f"{e.name}.sizes[{size_name}].arm_steps[{key}]: no such trained point")
       if cap < first:
         raise DesignError(f"{e.name}.sizes[{size_name}].arm_steps[{key}]: cap below steps")
+    for name, rates in size.arm_rates.items():
+      e.arm(name)
+      if not rates or any(not 0 < r < 1 for r in rates):
+        raise DesignError(f"{e.name}.sizes[{size_name}].arm_rates[{name}]: {rates!r} is not a "
+                          "grid of learning rates in (0, 1)")  # fmt: skip
     if e.axis and not size.points:
       raise DesignError(f"{e.name}.sizes[{size_name}].points: an axis needs its points")
   controls = {c.name for c in e.criteria if c.tests == "control"}

@@ -44,7 +44,7 @@ def scale(experiment, size_name):
   return f"{' '.join(parts)}{layers}, {budget} steps"
 
 
-def _fmt(reading):
+def fmt(reading):
   if reading is None:
     return "-"
   mean, (low, high) = reading["mean"], reading["interval"]
@@ -53,7 +53,7 @@ def _fmt(reading):
   return f"{mean:.3g} [{low:.3g}, {high:.3g}] {reading['verdict']}"
 
 
-def _table(header, rows):
+def table(header, rows):
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
   return lines
@@ -84,7 +84,7 @@ def _plain(claim_number, result):
   for c in behind:
     r = c["confirmatory"]
     why = f" ({c['why']})" if c["why"] else ""
-    parts.append(f"{c['statement']}; read {_fmt(r)} -> {c['verdict']}{why}")
+    parts.append(f"{c['statement']}; read {fmt(r)} -> {c['verdict']}{why}")
   return f"**{claim_number} {verdict}** at {result['scale']}: " + "; ".join(parts) + "."
 
 
@@ -120,14 +120,14 @@ def render(experiment, folder):
             ("Controls", lambda t: t == "control"))  # fmt: skip
   for title, keep in groups:
     rows = [
-      [c["name"], c["tests"], c["statement"], _fmt(c["confirmatory"]), _fmt(c["exploratory"]),
-       _fmt(c["positive"]), _fmt(c["falsification"]), f"**{c['verdict']}** {c['why']}"]
+      [c["name"], c["tests"], c["statement"], fmt(c["confirmatory"]), fmt(c["exploratory"]),
+       fmt(c["positive"]), fmt(c["falsification"]), f"**{c['verdict']}** {c['why']}"]
       for c in result["criteria"] if keep(c["tests"])
     ]  # fmt: skip
     if rows:
       header = ["criterion", "tests", "statement", "confirmatory", "exploratory", "positive",
                 "falsification", "verdict"]  # fmt: skip
-      out += [f"### {title}", "", *_table(header, rows), ""]
+      out += [f"### {title}", "", *table(header, rows), ""]
   cases = [(c["name"], k, c[k]["case"]) for c in result["criteria"] for k in
            ("positive", "falsification") if c[k]]  # fmt: skip
   if cases:
@@ -136,18 +136,18 @@ def render(experiment, folder):
     out.append("")
   out += ["## Design", "", f"Scale: {result['scale']}. Task specs:", ""]
   out += [f"- {point}: `{spec}`" for point, spec in result["tasks"].items()]
-  out += ["", *_table(["arm", "rung", "fields", "what it is"],
-                      [[a.name, a.rung, dict(a.fields) or "-", a.note] for a in e.arms]), ""]  # fmt: skip
+  out += ["", *table(["arm", "rung", "fields", "what it is"],
+                     [[a.name, a.rung, dict(a.fields) or "-", a.note] for a in e.arms]), ""]  # fmt: skip
   rows = [[u["arm"], u["point"], u["selected"] and u["selected"]["learning_rate"], u["budget"],
            ", ".join(u["plateau"]), _selected_accuracy(u)] for u in result["units"]]  # fmt: skip
-  out += ["## Numbers", "", *_table(["arm", "point", "selected lr", "budget", "plateau per seed",
-                                     "eval accuracy per seed (selected point)"], rows), ""]  # fmt: skip
+  out += ["## Numbers", "", *table(["arm", "point", "selected lr", "budget", "plateau per seed",
+                                    "eval accuracy per seed (selected point)"], rows), ""]  # fmt: skip
   if len(found) > 1:
     out += ["## Every record", ""]
     rows = [[name, r["size"], r["version"], r["date"],
              ", ".join(f"{n} {c['verdict']}" for n, c in r["claims"].items())]
             for name, r in found.items()]  # fmt: skip
-    out += [*_table(["file", "size", "version", "date", "claims"], rows), ""]
+    out += [*table(["file", "size", "version", "date", "claims"], rows), ""]
   out += ["Every registered version and run: [log.md](log.md).", ""]
   return "\n".join(out)
 
@@ -188,12 +188,12 @@ def extensions_rows(results_dir):
 
 def claims_table(results_dir):
   """The README's headline: the claims table, then the extensions in their own table."""
-  lines = _table(["claim", "the article says", "verdict", "measured at", "experiment"],
-                 claims_rows(results_dir))  # fmt: skip
+  lines = table(["claim", "the article says", "verdict", "measured at", "experiment"],
+                claims_rows(results_dir))  # fmt: skip
   ext = extensions_rows(results_dir)
   if ext:
     lines += ["", "The project's own questions (extensions: never a claim's verdict):", ""]
-    lines += _table(["experiment", "extension", "verdict", "measured at"], ext)
+    lines += table(["experiment", "extension", "verdict", "measured at"], ext)
   return "\n".join(lines) + "\n"
 
 
@@ -204,12 +204,26 @@ def with_claims_table(text, results_dir):
   """`text` (the README) with its claims block regenerated; ValueError when it has none."""
   if not CLAIMS_BLOCK.search(text):
     raise ValueError("no '<!-- claims table -->' ... '<!-- end claims table -->' block")
-  table = claims_table(results_dir)
-  return CLAIMS_BLOCK.sub(lambda m: m.group(1) + table + m.group(3), text)
+  block = claims_table(results_dir)
+  return CLAIMS_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text)
 
 
 def _short(text, width):
   return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def agreement(recorded, reading):
+  """Whether this run's `reading` of a claim agrees with its `recorded` verdict ("pending":
+  no record; "-": not run here)."""
+  if reading == "-":
+    return "not run here"
+  if recorded == "pending":
+    return "no full record yet"
+  if reading == recorded:
+    return "agree"
+  if reading in ("UNRESOLVED", "INCONCLUSIVE"):
+    return "quick cannot decide"
+  return "DISAGREE"
 
 
 def screen(quick, results_dir, width=100):
@@ -227,16 +241,8 @@ def screen(quick, results_dir, width=100):
     )
     if claim.kind != "trained":
       recorded, reading, agree = claim.kind, "-", ""
-    elif reading == "-":
-      agree = "not run here"
-    elif recorded == "pending":
-      agree = "no full record yet"
-    elif reading == recorded:
-      agree = "agree"
-    elif reading in ("UNRESOLVED", "INCONCLUSIVE"):
-      agree = "quick cannot decide"
     else:
-      agree = "DISAGREE"
+      agree = agreement(recorded, reading)
     lines.append(_short(f"{claim.number:5} {_short(claim.text, 38):38} {recorded:13} "
                         f"{reading:13} {agree}", width))  # fmt: skip
   return lines

@@ -9,7 +9,8 @@ re-judges every verdict of record):
              confirmatory seeds at the selected point alone. The selected point has the best
              mean final validation accuracy over the exploratory seeds (ties: the lower
              validation loss); a point where a seed diverged is not eligible. The
-             confirmatory seeds never inform a decision.
+             confirmatory seeds never inform a decision. Where the grid is one point there is
+             nothing to select, and every seed trains in the one program.
   plateau    A replica has finished learning when it reached the size's early-stop
              accuracy, diverged, or its best validation accuracy over the last half of its
              budget beat its best over the first half by less than PLATEAU_TOLERANCE.
@@ -132,14 +133,43 @@ def model_fields(size, arm):
   return harness.SIZED_BY_CORPUS | dict(size.model) | dict(arm.fields)
 
 
+def budgets(size, arm, point):
+  """(first budget, step cap) of the arm at a trained point: the size's, else its arm_steps
+  entry ("arm @ point" wins over "arm")."""
+  steps = size.arm_steps
+  return steps.get(f"{arm.name} @ {point}", steps.get(arm.name, (size.steps, size.step_cap)))
+
+
+def unit_config(arm, task, size, budget):
+  """The training config of a unit's sweeps at `budget` steps."""
+  schedule = size.schedule() | {"total_steps": budget}
+  return harness.train_config(arm.rung, task, model_fields(size, arm), **schedule)
+
+
+def rates(size, arm):
+  """The arm's learning-rate grid at the size: the size's arm_rates entry, else the arm's own
+  grid, else the size's."""
+  return tuple(size.arm_rates.get(arm.name) or arm.learning_rates or size.learning_rates)
+
+
+def stages(size, arm, seeds):
+  """The replica grids of a unit's two stages, [(seeds, rates, weight decays)]: the
+  exploratory seeds at every grid point, then the confirmatory seeds (at the selected point,
+  left None). A one-point grid has nothing to select: every seed trains in the first stage."""
+  explore = tuple(size.exploratory_seeds)
+  confirm = tuple(s for s in seeds if s not in explore)
+  grid = (rates(size, arm), tuple(size.weight_decays))
+  if len(grid[0]) * len(grid[1]) == 1:
+    return [(explore + confirm, *grid)]
+  return [(explore, *grid)] + ([(confirm, None, None)] if confirm else [])
+
+
 def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
   """Trains one unit under the three rules; returns a Unit. `seeds`: exploratory first."""
   explore = tuple(size.exploratory_seeds)
-  confirm = tuple(s for s in seeds if s not in explore)
-  rates = tuple(arm.learning_rates or size.learning_rates)
-  steps = size.arm_steps
-  first, cap = steps.get(f"{arm.name} @ {point}", steps.get(arm.name, (size.steps, size.step_cap)))
-  stage_one = sweep.grid(explore, rates, tuple(size.weight_decays))
+  (first_seeds, *grid), *later = stages(size, arm, seeds)
+  first, cap = budgets(size, arm, point)
+  stage_one = sweep.grid(first_seeds, *grid)
   budget, history, start = first, [], time.perf_counter()
   where = arm.name if point is None else f"{arm.name} @ {point}"
 
@@ -147,12 +177,11 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
     return sweep.train(config, replicas, log=lambda text: log(f"{where}: {text}"), store=store)
 
   while True:
-    schedule = size.schedule() | {"total_steps": budget}
-    config = harness.train_config(arm.rung, task, model_fields(size, arm), **schedule)
+    config = unit_config(arm, task, size, budget)
     results = [train(config, stage_one)]
     selected = select(results[0].runs, explore)
-    if selected is not None and confirm:
-      results.append(train(config, sweep.grid(confirm, (selected[0],), (selected[1],))))
+    if selected is not None and later:
+      results.append(train(config, sweep.grid(later[0][0], (selected[0],), (selected[1],))))
     unit = Unit(arm.name, point, arm.rung, results, tuple(seeds), selected, budget, history, 0.0)
     learning = selected is not None and any(s == "learning" for s in unit.plateau())
     if not learning or budget >= cap:

@@ -66,21 +66,22 @@ def _merge(into, more):
 
 def train(experiment, size_name, seeds, workdir, log=print, progress=None):
   """Every unit of the experiment at the size: {(arm, label(point)): policy.Unit}. `log`
-  gets every sweep's progress lines; `progress(text)` one line per unit done, with an ETA."""
+  gets every sweep's progress lines; `progress(done, total, unit)` is called before each unit
+  (the units done, of how many, and the one starting: "arm" or "arm @ point") and once all
+  are done (unit None)."""
   size, units = experiment.sizes[size_name], {}
   store = os.path.join(workdir, "sweeps")
   todo = [(arm, point) for arm in experiment.arms for point in experiment.trained_points(size_name)]
-  start = time.time()
-  for i, (arm, point) in enumerate(todo, 1):
+  for i, (arm, point) in enumerate(todo):
+    if progress is not None:  # the unit as its sweeps' lines name it (policy.train_unit)
+      progress(i, len(todo), arm.name if point is None else f"{arm.name} @ {judge.label(point)}")
     task = experiment.task(size, point)
     unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log)
     units[(arm.name, judge.label(point))] = unit
-    line = (f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "
-            f"plateau {', '.join(unit.plateau())}")  # fmt: skip
-    log(line)
-    if progress is not None:
-      left = (time.time() - start) / i * (len(todo) - i)
-      progress(f"[{experiment.name} {i}/{len(todo)}] {line.split(': ', 1)[1]} ({left:.0f} s left)")
+    log(f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "
+        f"plateau {', '.join(unit.plateau())}")  # fmt: skip
+  if progress is not None:
+    progress(len(todo), len(todo), None)
   return units
 
 
@@ -141,7 +142,8 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
         explore=False, progress=None):  # fmt: skip
   """Trains, measures and judges the registered design at `size_name` (`explore`: the
   exploratory seeds alone, unregistered); writes and returns the result (plain JSON).
-  `progress`: a one-line-per-unit callback (the main job's), beside `log`'s detail."""
+  `progress(done, total, unit)`: the units trained so far (`train`; the main job's live
+  line), beside `log`'s detail."""
   declare.validate(experiment)
   if explore:
     entry = exploratory_entry(experiment, size_name)

@@ -65,34 +65,52 @@ def next_token_agreement(targets_NL, seq_FK, pos_FK, promoted_F):
   return np.mean(next_FK == np.asarray(promoted_F)[:, None], axis=1)
 
 
+UNITS_PER_PROGRAM = 32  # ablation_drops: units read by one vmapped call (bounds the logits held)
+
+
 def ablation_drops(model, params, inputs_NL, layer, seq_FK, pos_FK, promoted_F, ablate_F):
   """Per unit f: how much zeroing unit ablate_F[f] of layer `layer`'s MLP lowers the logit of
   token promoted_F[f] at f's top contexts (the mean over them of logit before - after, each
   context its own sequence up to the position; nothing else changes). ablate_F = range(F)
   reads each unit's own ablation (the causal test of its value vector); another unit per f
-  is the control. One compiled program per model and context count: the unit is traced."""
-  inputs_NL, seq_FK, pos_FK = (np.asarray(a) for a in (inputs_NL, seq_FK, pos_FK))
+  is the control. One compiled program per model and context count, vmapped over up to
+  UNITS_PER_PROGRAM units at a time (the units traced, the last chunk padded)."""
+  seq_FK, pos_FK = np.asarray(seq_FK), np.asarray(pos_FK)
+  units_F = np.asarray(list(ablate_F), np.int32)
+  tokens_F = np.asarray(promoted_F, np.int32)
+  count = len(units_F)
+  chunk = min(count, UNITS_PER_PROGRAM)
+  padded = -(-count // chunk) * chunk
+
+  def pad(a):
+    return np.concatenate([a, np.repeat(a[:1], padded - count, axis=0)])
+
+  seq_FK, pos_FK, units_F, tokens_F = (pad(a) for a in (seq_FK, pos_FK, units_F, tokens_F))
+  tokens_FKL = np.asarray(inputs_NL)[seq_FK]
   name = f"layers_{layer}/ffn/mlp_post"
-  return np.array(
-    [
-      float(
-        _drop(model, name, params, int(unit), inputs_NL[seq_FK[f]], pos_FK[f], int(promoted_F[f]))
-      )
-      for f, unit in enumerate(ablate_F)
-    ]
-  )
+  drops = [
+    np.asarray(_drops(model, name, params, *(a[i : i + chunk] for a in
+                      (units_F, tokens_FKL, pos_FK, tokens_F))))
+    for i in range(0, padded, chunk)
+  ]  # fmt: skip
+  return np.concatenate(drops)[:count].astype(np.float64)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _drop(model, name, params, unit, tokens_KL, pos_K, token):
-  """Mean over the K contexts of token's logit at pos_K, before - after zeroing `unit`."""
+def _drops(model, name, params, unit_F, tokens_FKL, pos_FK, token_F):
+  """Per f: the mean over its K contexts of token_F[f]'s logit at pos_FK[f], before - after
+  zeroing unit_F[f]."""
   variables = {"params": params}
-  before = model.apply(variables, tokens_KL)
-  after = interventions.run_with_interventions(
-    model, variables, tokens_KL, {name: lambda h_BLF: h_BLF.at[..., unit].set(0)}
-  )
-  rows = jnp.arange(tokens_KL.shape[0])
-  return jnp.mean(before[rows, pos_K, token] - after[rows, pos_K, token])
+
+  def drop(unit, tokens_KL, pos_K, token):
+    before = model.apply(variables, tokens_KL)
+    after = interventions.run_with_interventions(
+      model, variables, tokens_KL, {name: lambda h_BLF: h_BLF.at[..., unit].set(0)}
+    )
+    rows = jnp.arange(tokens_KL.shape[0])
+    return jnp.mean(before[rows, pos_K, token] - after[rows, pos_K, token])
+
+  return jax.vmap(drop)(unit_F, tokens_FKL, pos_FK, token_F)
 
 
 def random_directions(rng, rows, cols):

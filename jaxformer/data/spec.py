@@ -123,6 +123,16 @@ SCHEMAS: dict[str, dict[str, Param]] = {
     "distance": Param(int, lambda p: p["seq_len"] // 2, low=2, doc="query pos - key pos"),
     **_examples(),
   },
+  "facts": {
+    "num_subjects": Param(int, 32, low=2, doc="S subjects, and S objects"),
+    "num_relations": Param(int, 8, low=1, doc="R relations: S x R facts"),
+    "vocab_size": Param(
+      int, lambda p: 1 + 2 * p["num_subjects"] + p["num_relations"], low=4, doc=">= 1 + 2S + R"
+    ),
+    "seq_len": Param(int, 24, low=3, doc="seq_len // 3 facts per example"),
+    "table_seed": Param(int, 0, low=0, doc="draws the table, the same in both splits"),
+    **_examples(),
+  },
   "text": {
     "path": Param(str, None, doc="a file, directory or glob of UTF-8 / byte text files"),
     **_TEXT_COMMON,
@@ -283,10 +293,20 @@ def _check_needle(p, f):
     raise DataError(f"{f('distance')}: needs distance <= seq_len-1={p['seq_len'] - 1}")
 
 
+def _check_facts(p, f):
+  S, R = p["num_subjects"], p["num_relations"]
+  if p["vocab_size"] < 1 + 2 * S + R:
+    raise DataError(f"{f('vocab_size')}: needs >= 1 + 2*num_subjects + num_relations = "
+                    f"{1 + 2 * S + R}")  # fmt: skip
+  if p["seq_len"] // 3 > S * R:
+    raise DataError(f"{f('seq_len')}: seq_len // 3 distinct facts need <= S*R = {S * R}")
+
+
 _CHECKS: dict[str, Check] = {
   "mqar": _check_mqar,
   "copy": _check_copy,
   "selective_copy": _check_selective_copy,
   "needle": _check_needle,
+  "facts": _check_facts,
   "text": _check_text,
 }

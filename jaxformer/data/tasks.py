@@ -182,12 +182,43 @@ def needle(rng, n, *, vocab_size, seq_len, distance):
   return _pack(inputs, targets, mask)
 
 
+def facts(rng, n, *, vocab_size, seq_len, num_subjects, num_relations, table_seed):
+  """Stored facts: `s1 r1 o1 s2 r2 o2 ...`, each triple a fact o = T[s, r] of one fixed table.
+
+  Subjects are ids [1, 1+S), relations [1+S, 1+S+R), objects [1+S+R, 1+2S+R); the table is
+  drawn from `table_seed` alone, so both splits (and every seed) read the same facts. Each
+  relation's column is a permutation of the S objects, so a relation alone (or its position)
+  says nothing about the object: only the pair (s, r) does. An example holds seq_len // 3
+  distinct facts (the rest is 0), so no earlier triple answers a query: the object, scored
+  at the relation, must come from a memory of the table.
+  """
+  S, R, K = num_subjects, num_relations, seq_len // 3
+  table_SR = fact_table(num_subjects, num_relations, table_seed)
+  which = distinct(rng, n, S * R, K)  # [N, K] fact indices
+  s, r = which // R, which % R
+  inputs = np.zeros((n, seq_len), dtype=np.int64)
+  inputs[:, 0 : 3 * K : 3] = 1 + s
+  inputs[:, 1 : 3 * K : 3] = 1 + S + r
+  inputs[:, 2 : 3 * K : 3] = table_SR[s, r]
+  mask = np.zeros_like(inputs)
+  mask[:, 1 : 3 * K : 3] = 1
+  return _pack(inputs, _next_token(inputs), mask)
+
+
+def fact_table(num_subjects, num_relations, table_seed):
+  """int [S, R]: the object id of every fact of `facts` (each column a permutation)."""
+  S, R = num_subjects, num_relations
+  rng = np.random.default_rng([table_seed, 2])  # a stream apart from both splits'
+  return np.stack([rng.permutation(S) for _ in range(R)], axis=1) + 1 + S + R
+
+
 GENERATORS = {
   "mqar": mqar,
   "induction": induction,
   "copy": copy,
   "selective_copy": selective_copy,
   "needle": needle,
+  "facts": facts,
 }
 _NOT_TASK_ARGS = ("num_examples", "num_test_examples", "seed")
 
@@ -230,6 +261,7 @@ CHANCE = {
     lambda p: 1 / (p["vocab_size"] - p["vocab_size"] // 2),
     "a guess among the V - V/2 value ids",
   ),
+  "facts": (lambda p: 1 / p["num_subjects"], "a guess among the S objects a relation takes"),
 }
 
 

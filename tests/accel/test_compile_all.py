@@ -1,25 +1,26 @@
 """experiments.compile_all (run_all --compile_only): an experiment's sweep programs compiled for a
 TPU topology this machine does not have, placed as a sweep places its replicas, nothing run."""
 
+import dataclasses
 import json
 
-from experiments import cache, compile_all, protocol, run_all
+from experiments import compile_all, run_all
+from experiments.engine import catalog
 from jaxformer import mixers
 from jaxformer.train import compile_only, sweep
 
+CACHE = catalog.load("cache")  # the declared cache experiment (experiments/s5_cache.py)
 
-def tiny_cache(replicas_per_seed_set):
-  """cache's tiny config and its first arm, with `replicas_per_seed_set` seeds in each set."""
-  config = cache.get_config("tiny")
-  n = replicas_per_seed_set
-  config.exploratory_seeds = tuple(range(100, 100 + n))
-  config.confirmatory_seeds = tuple(range(n))
-  return config, cache.arms(config)[:1]
+
+def tiny_cache(replicas):
+  """The first sweep of the declared cache experiment's tiny size, at `replicas` replicas."""
+  (label, config, _), *_ = compile_all.declared_sweeps(CACHE, "tiny")
+  return [(label, config, replicas)]
 
 
 def test_the_replica_axis_is_laid_along_one_host_of_v5e_2x4_and_the_state_donated(tmp_path):
-  config, arms = tiny_cache(2)  # 4 replicas: one per device of a v5e:2x4 host
-  code = compile_all.main([("cache", config, arms)], "tiny", "v5e:2x4", str(tmp_path))
+  sweeps = tiny_cache(4)  # 4 replicas: one per device of a v5e:2x4 host
+  code = compile_all.main([("cache", sweeps)], "tiny", "v5e:2x4", str(tmp_path))
   assert code == 0
   report = json.load(open(tmp_path / "cache" / compile_all.REPORT_FILE))
   (arm,) = report["arms"]
@@ -33,9 +34,9 @@ def test_the_replica_axis_is_laid_along_one_host_of_v5e_2x4_and_the_state_donate
 
 
 def test_replicas_that_do_not_divide_the_devices_stay_on_one(tmp_path):
-  config, arms = tiny_cache(1)  # 2 replicas on 4 devices: the sweep keeps them on the first
+  sweeps = tiny_cache(2)  # 2 replicas on 4 devices: the sweep keeps them on the first
   tgt = compile_only.target("v5e:2x4")
-  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path))
+  report = compile_all.compile_arms("cache", sweeps, tgt, str(tmp_path))
   (arm,) = report["arms"]
   assert arm["replicas"] == 2 and arm["placement_devices"] == 1
   assert arm["state_bytes_per_device"] == arm["state_bytes"]
@@ -43,9 +44,9 @@ def test_replicas_that_do_not_divide_the_devices_stay_on_one(tmp_path):
 
 
 def test_replicas_are_laid_over_the_most_devices_that_share_them_equally(tmp_path):
-  config, arms = tiny_cache(3)  # 6 replicas on a host of 4 chips: 3 chips, 2 each
+  sweeps = tiny_cache(6)  # 6 replicas on a host of 4 chips: 3 chips, 2 each
   tgt = compile_only.target("v5e:2x4")
-  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path))
+  report = compile_all.compile_arms("cache", sweeps, tgt, str(tmp_path))
   (arm,) = report["arms"]
   assert arm["replicas"] == 6 and arm["host_devices"] == 4 and arm["placement_devices"] == 3
   assert arm["state_bytes_per_device"] * 3 == arm["state_bytes"]
@@ -54,13 +55,13 @@ def test_replicas_are_laid_over_the_most_devices_that_share_them_equally(tmp_pat
 def test_a_device_runs_its_replicas_in_one_group_unless_it_needs_too_much_memory(
   tmp_path, monkeypatch
 ):
-  config, arms = tiny_cache(4)  # 8 replicas on a host of 4 chips: 2 each
+  sweeps = tiny_cache(8)  # 8 replicas on a host of 4 chips: 2 each
   tgt = compile_only.target("v5e:2x4")
-  (arm,) = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path / "a"))["arms"]
+  (arm,) = compile_all.compile_arms("cache", sweeps, tgt, str(tmp_path / "a"))["arms"]
   assert arm["replica_chunk"] == sweep.ALL and not arm["flops_undercounted"]
   # a memory budget nothing fits: the sweep's groups of REPLICA_CHUNK, as sweep.programs does
   monkeypatch.setattr(sweep, "GROUP_MEMORY_FRACTION", 1e-12)
-  (arm,) = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path / "b"))["arms"]
+  (arm,) = compile_all.compile_arms("cache", sweeps, tgt, str(tmp_path / "b"))["arms"]
   assert arm["replica_chunk"] == sweep.REPLICA_CHUNK and arm["placement_devices"] == 4
 
 
@@ -97,13 +98,15 @@ def test_scorecard_compile_only_hands_its_trained_arms_over_one_group_per_mixer(
   argv = ["--size", "tiny", "--builtins=softmax,mamba2", "--state_sweep", "--config.widths=(8,16)"]
   argv += ["--compile_only=v5e:2x4", "--compile_limit=1", "--workdir", str(tmp_path)]
   assert scorecard.main(argv) == 0
-  assert [name for name, _, _ in handed] == ["scorecard/softmax", "scorecard/mamba2"]
-  config = handed[0][1]
+  assert [name for name, _ in handed] == ["scorecard/softmax", "scorecard/mamba2"]
+  config = scorecard.get_config("tiny")
+  config.widths, config.builtins, config.state_sweep = (8, 16), ("softmax", "mamba2"), True
   every = scorecard.arms(config, scorecard.candidates(config))
-  assert sorted(a.model for _, _, arms in handed for a in arms) == sorted(a.model for a in every)
-  (_, _, mamba2), states = handed[1], mixers.STATE_SWEEPS["mamba2"][1]
+  models = [label.split(" @ ")[0] for _, sweeps in handed for label, _, _ in sweeps]
+  assert sorted(models) == sorted(a.model for a in every)
+  (_, mamba2), states = handed[1], mixers.STATE_SWEEPS["mamba2"][1]
   rows = {f"mamba2 state={n} D={w}" for n in states for w in (8, 16)}
-  assert {a.model for a in mamba2} == rows  # every state size at every width: one group
+  assert {label.split(" @ ")[0] for label, _, _ in mamba2} == rows  # every state, every width
   assert limits == [1]
   assert scorecard.main(argv[:-3] + ["--workdir", str(tmp_path)]) == 0
   assert limits == [1, None]  # 0, the default: every program
@@ -133,21 +136,33 @@ def test_a_scorecard_row_names_its_mixer():
 
 
 def test_a_limit_compiles_the_largest_arms_first_and_counts_the_rest(tmp_path):
-  config = cache.get_config("tiny")
-  arms = cache.arms(config)
+  sweeps = compile_all.declared_sweeps(CACHE, "tiny")
   tgt = compile_only.target("v5e:2x4")
-  report = compile_all.compile_arms("cache", config, arms, tgt, str(tmp_path), limit=1)
-  assert report["arms_total"] == len(arms) > 1 and report["compiled"] == 1
-  works = {
-    f"{a.model} @ {a.setting}": compile_all.work(
-      protocol.arm_config(config, a),
-      len(protocol.replicas(config, a)),
-      compile_only.task_sizes(protocol.arm_config(config, a)),
-    )
-    for a in arms
-  }
+  report = compile_all.compile_arms("cache", sweeps, tgt, str(tmp_path), limit=1)
+  assert report["arms_total"] == len(sweeps) > 1 and report["compiled"] == 1
+  works = {label: compile_all.work(tc, n, compile_only.task_sizes(tc)) for label, tc, n in sweeps}
   assert works[report["arms"][0]["arm"]] == max(works.values()), works
-  assert compile_all.summary(report)["arms"] == len(arms)
+  assert compile_all.summary(report)["arms"] == len(sweeps)
+
+
+def test_a_declared_experiments_sweeps_are_its_units_stages():
+  """Per trained unit at its first budget, with the model the policy trains: one exploratory
+  sweep (seeds x rates x weight decays) and one confirmatory sweep; where the grid is one
+  point (cache's tiny: one rate, one weight decay), one sweep of every seed."""
+  units = [(a, p) for a in CACHE.arms for p in CACHE.trained_points("tiny")]
+  tiny = CACHE.sizes["tiny"]
+  assert len(tiny.learning_rates) * len(tiny.weight_decays) == 1
+  one = compile_all.declared_sweeps(CACHE, "tiny")
+  assert [n for _, _, n in one] == [len(tiny.exploratory_seeds) + tiny.confirmatory] * len(units)
+  grid = dataclasses.replace(tiny, learning_rates=(1e-2, 3e-3))
+  two = compile_all.declared_sweeps(dataclasses.replace(CACHE, sizes={"tiny": grid}), "tiny")
+  explore = len(grid.exploratory_seeds) * 2 * len(grid.weight_decays)
+  assert [n for _, _, n in two] == [explore, grid.confirmatory] * len(units)
+  (label, config, _), (confirm_label, confirm_config, _) = two[:2]
+  assert confirm_label == f"{label} (confirmatory)" and confirm_config == config
+  arm = CACHE.arms[0]
+  assert config.rung == arm.rung and config.total_steps == grid.steps
+  assert all(config.model[k] == v for k, v in arm.fields.items())
 
 
 def test_the_summary_table_widens_its_name_column_to_the_longest_name():

@@ -1,6 +1,7 @@
 """jaxformer.analysis.decode_cache: the key and value bytes of a real decoding cache equal the
-closed forms, for the bilinear key (D per head) and the factored one (r per head); and the
-article's 10 GB -> 2 GB arithmetic from decode.cache_dims."""
+closed forms, for the bilinear key (D per head) and the factored one (r per head); the
+article's 10 GB -> 2 GB arithmetic from decode.cache_dims; and caching x_i once per layer in
+place of the keys and values reads the same scores and outputs."""
 
 import numpy as np
 import pytest
@@ -50,3 +51,16 @@ def test_the_article_arithmetic():
     out[interaction] = decode_cache.key_bytes_formula(config, 5000)
   assert out["bilinear"] == 5000 * 50 * 20 * 1000 * 2 == 10 * 10**9
   assert out["lowrank"] == 5000 * 50 * 20 * 200 * 2 == 2 * 10**9
+
+
+def test_caching_x_once_per_layer_gives_the_cached_keys_scores_and_values():
+  """The layout that caches x_i once per layer instead of Wk x_i and Wv x_i computes the same
+  scores and head outputs (the keys and values are recomputed at each decoded token)."""
+  rng = np.random.default_rng(0)
+  d, r, m = 8, 3, 5
+  wq, wk, wv = (rng.normal(size=(d, r)) for _ in range(3))
+  x_MD, x_D = rng.normal(size=(m, d)), rng.normal(size=d)
+  scores_M = (x_MD @ wk) @ (x_D @ wq)  # cached keys Wk x_i
+  np.testing.assert_allclose(x_MD @ (wk @ (wq.T @ x_D)), scores_M, rtol=1e-12)
+  a_M = np.exp(scores_M) / np.exp(scores_M).sum()
+  np.testing.assert_allclose((a_M @ x_MD) @ wv, a_M @ (x_MD @ wv), rtol=1e-12)

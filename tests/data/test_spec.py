@@ -6,7 +6,7 @@ import pytest
 from jaxformer.data import TASKS, DataError, check_tokens, format_spec, parse_spec
 from jaxformer.data.spec import SCHEMAS
 
-SYNTHETIC = ("mqar", "induction", "copy", "selective_copy", "needle")
+SYNTHETIC = ("mqar", "induction", "copy", "selective_copy", "needle", "facts")
 
 
 def test_tasks_are_the_issue_list():

@@ -12,8 +12,16 @@ SMALL = {
   "selective_copy": "selective_copy:vocab_size=16,seq_len=24,num_tokens=5,num_examples=500,"
   "num_test_examples=500",
   "needle": "needle:vocab_size=64,seq_len=24,distance=9,num_examples=500,num_test_examples=500",
+  "facts": "facts:num_subjects=8,num_relations=4,seq_len=20,num_examples=500,num_test_examples=500",
 }
-SCORED_PER_ROW = {"mqar": 4, "induction": 1, "copy": 6, "selective_copy": 5, "needle": 1}
+SCORED_PER_ROW = {
+  "mqar": 4,
+  "induction": 1,
+  "copy": 6,
+  "selective_copy": 5,
+  "needle": 1,
+  "facts": 6,
+}
 
 
 def gen(spec, split="train", **override):
@@ -135,3 +143,23 @@ def test_needle_fact_at_the_chosen_distance():
   np.testing.assert_array_equal(y[:, -1], x[:, L - d])
   assert np.all(x[:, -1] < 32) and np.all(x[:, L - d] >= 32)
   assert np.all((x == x[:, -1:]).sum(1) == 2)  # noise never repeats the key
+
+
+def test_facts_answer_one_fixed_table_that_only_the_pair_determines():
+  S, R = 8, 4
+  train, test = gen(SMALL["facts"]), gen(SMALL["facts"], "test")
+  table = tasks.fact_table(S, R, 0)
+  for a in (train, test):  # both splits read the same table
+    x, y, m = a["inputs"], a["targets"], a["mask"]
+    s, r, o = x[:, 0:18:3], x[:, 1:18:3], x[:, 2:18:3]
+    assert s.min() >= 1 and s.max() <= S and r.min() >= 1 + S and r.max() <= S + R
+    np.testing.assert_array_equal(o, table[s - 1, r - 1 - S])
+    np.testing.assert_array_equal(y[m == 1].reshape(-1, 6), o)  # scored at r: its object
+    assert np.all(x[:, 18:] == 0)
+    pairs = s * 100 + r
+    assert all(len(set(row)) == 6 for row in pairs)  # no fact repeats within an example
+  # each relation's column is a permutation of the S objects: r alone says nothing
+  for col in table.T:
+    np.testing.assert_array_equal(np.sort(col), np.arange(1 + S + R, 1 + 2 * S + R))
+  assert not np.array_equal(table, tasks.fact_table(S, R, 1))
+  assert tasks.chance("facts", parse_spec(SMALL["facts"])[1], 1 + 2 * S + R)[0] == 1 / S

@@ -28,8 +28,8 @@ from experiments import (
 from tests.train.train_helpers import REPO
 
 ENTRY_POINTS = {
-  "run_all": (run_all.main, "The main job: every design-pressure experiment, one report."),
-  "heads": (functools.partial(run_all.main, single="heads"), "Experiment 8"),
+  "run_all": (run_all.main, "The main job: every experiment, a few at once, then the claims"),
+  "fixed_memory": (functools.partial(run_all.main, single="fixed_memory"), "Experiment 1"),
   "scorecard": (scorecard.main, "The scorecard: any sequence mixer through every design"),
   "bench": (bench.main, "Run a benchmark suite and print a table"),
   "gpu_bench": (gpu_bench.main, "The GPU benchmark run behind experiments/gpu_bench.sh"),
@@ -82,12 +82,12 @@ def test_a_bad_command_line_is_one_line_and_exit_2(name, case, capsys):
   assert len(err) == 1 and err[0].startswith("error: ") and named in err[0], err
 
 
-@pytest.mark.parametrize("name", ["heads", "scorecard"])
+@pytest.mark.parametrize("name", ["fixed_memory", "scorecard"])
 def test_a_config_flag_names_an_unknown_field_with_the_nearest_one(name, capsys):
-  field = {"heads": "sed", "scorecard": "sedds"}[name]
+  field = {"fixed_memory": "sed", "scorecard": "sedds"}[name]
   assert _exit_code(ENTRY_POINTS[name][0], [f"--config.{field}=1"]) == 2
   (line,) = capsys.readouterr().err.strip().splitlines()
-  nearest = {"heads": "seed", "scorecard": "seeds"}[name]
+  nearest = {"fixed_memory": "seed", "scorecard": "seeds"}[name]
   assert (
     line == f"error: --config.{field}: unknown field {field!r} of config; did you mean {nearest!r}?"
   )
@@ -102,9 +102,9 @@ def test_an_experiment_takes_its_config_at_the_size_with_overrides(monkeypatch, 
 
   monkeypatch.setattr(run_all, "run_one", run_one)
   argv = ["--size=tiny", "--config.confirmatory_seeds=(5,)", f"--workdir={tmp_path}"]
-  assert _exit_code(ENTRY_POINTS["heads"][0], argv) == 0
-  expected = run_all.experiment("heads").get_config("tiny")
-  assert seen["module"] == "heads" and seen["size"] == "tiny"
+  assert _exit_code(ENTRY_POINTS["fixed_memory"][0], argv) == 0
+  expected = run_all.experiment("fixed_memory").get_config("tiny")
+  assert seen["module"] == "fixed_memory" and seen["size"] == "tiny"
   assert (
     seen["config"].confirmatory_seeds == (5,) and seen["config"].total_steps == expected.total_steps
   )

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.engine import declare, judge, page, records, registry, stats
+from experiments.engine import declare, judge, page, policy, records, registry, stats
 from experiments.engine.declare import Arm, Case, Criterion, Experiment, Metric, Size
 
 SEEDS_EXPLORE, SEEDS_CONFIRM = (100,), (1000, 1001, 1002, 1003, 1004)
@@ -226,3 +226,25 @@ def test_the_last_screen_pairs_each_claim_with_its_record(tmp_path):
   assert "pending" in lines["1.1"] and lines["1.1"].endswith("not run here")
   assert " check " in lines["6.1"]
   assert all(len(line) <= 100 for line in lines.values())
+
+
+def test_a_one_point_grid_trains_every_seed_in_one_stage_and_arm_rates_win():
+  """policy.stages: two stages where there is a rate to select, one where the grid is one
+  point; a size's arm_rates entry replaces the arm's own grid."""
+  arm = declare.Arm("a", "transformer", learning_rates=(1e-3, 3e-3))
+  size = declare.Size(task={}, model={}, steps=1, step_cap=1, learning_rates=(1e-2,),
+                      exploratory_seeds=(100,), confirmatory=2)  # fmt: skip
+  assert policy.rates(size, arm) == (1e-3, 3e-3)
+  assert policy.stages(size, arm, (100, 7, 8)) == [
+    ((100,), (1e-3, 3e-3), (0.1,)), ((7, 8), None, None)
+  ]  # fmt: skip
+  one = dataclasses.replace(size, arm_rates={"a": (3e-3,)})
+  assert policy.stages(one, arm, (100, 7, 8)) == [((100, 7, 8), (3e-3,), (0.1,))]
+
+
+@pytest.mark.parametrize("rates, match", [({"nobody": (1e-3,)}, "arm 'nobody'"),
+                                          ({"weak": (3.0,)}, r"arm_rates\[weak\]")])  # fmt: skip
+def test_arm_rates_name_an_arm_and_hold_learning_rates(rates, match):
+  e = dataclasses.replace(_experiment(_recalls()), sizes={"tiny": _size(arm_rates=rates)})
+  with pytest.raises(declare.DesignError, match=match):
+    declare.validate(e)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import beyond, capacity, cli, fixed_memory, protocol, retrain, run_all
+from experiments import capacity, cli, fixed_memory, protocol, retrain, run_all
 
 ARM = "linear_attention @ head_dim=4 K=2 L=16"  # an arm of fixed_memory's tiny design
 
@@ -32,14 +32,6 @@ def test_every_arm_of_a_walked_law_is_its_whole_grid_and_the_arms_read_at_every_
   first = {(a.model, a.setting): a for a in capacity.arms(law)}
   every = {(a.model, a.setting): a for a in capacity.arms(law, whole_grid=True)}
   assert all(every[key] == arm for key, arm in first.items())
-
-
-def test_beyond_offers_its_needle_arms_and_its_law_each_once():
-  config = beyond.get_config("full")
-  names = [(a.model, a.setting) for a in beyond.every_arm(config)]
-  assert len(names) == len(set(names))
-  assert set(names) >= {(a.model, a.setting) for a in beyond.arms(config)}
-  assert set(names) >= {(a.model, a.setting) for a in capacity.arms(config.law, whole_grid=True)}
 
 
 def test_a_retrained_arm_is_the_protocols_replica(tmp_path):

@@ -1,0 +1,191 @@
+"""Experiments in worker processes, a few at once, each on its own cores, none able to sink another.
+
+  tasks = [Task("cache", run_all.run_declared, "quick", "runs/ladder"), ...]
+  run(tasks, jobs=2, board=board.Board(sys.stdout), on_done=lambda task, kind, payload: ...)
+
+Each task runs in a fresh spawned process (JAX does not fork safely; each has its own runtime)
+that keeps to its share of the cores (`core_sets`): unpinned, two workers' XLA thread pools
+each sized for every core and contended for both, which cost about 13% more CPU time and wall
+time (BENCHMARKS.md, `make run` workers pinned to cores). Everything a worker writes, XLA's own
+lines included, goes to <workdir>/<name>/train.log; what it sends back is its progress (the
+board's live line) and, at the end, what its runner returned or the error that stopped it. A
+worker that raises or dies (out of memory, a signal) ends as an error naming its log; the
+others run on.
+"""
+
+import dataclasses
+import math
+import multiprocessing
+import os
+import queue as queues
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+from jaxformer import compile_cache
+
+LOG = "train.log"
+# a sweep's progress line, "<unit>: step S/T: ..." (jaxformer/train/sweep.py, the unit's prefix
+# from experiments/engine/policy.py or experiments/protocol.py)
+STEP = re.compile(r"([^\[\]:]+): step (\d+)/(\d+)")
+# an old protocol arm's end, "[i/n] <model> @ <setting>: ..." (experiments/protocol.py)
+TAG = re.compile(r"\[(\d+)/(\d+)\] [^:]+:")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One experiment for a worker: `runner(task, tracker)` runs it there and returns its result
+  (a module-level function: a spawned worker imports it by name). `module`: a stand-in module
+  a Python caller names in place of the experiment's own (the tests'), else None."""
+
+  name: str
+  runner: Callable
+  size: str
+  workdir: str
+  module: str | None = None
+
+  @property
+  def folder(self):
+    return os.path.join(self.workdir, self.name)
+
+  @property
+  def log_path(self):
+    return os.path.join(self.folder, LOG)
+
+
+class Tracker:
+  """In a worker: `log(text)` writes a detail line to train.log and reads the step of the unit
+  training from it; `progress(done, total, unit)` says a unit starts or all are done
+  (experiments/engine/run.py's callback). What the board needs goes to the parent, a step at
+  most every `every` seconds."""
+
+  def __init__(self, name, queue, stream, every=1.0, clock=time.monotonic):
+    self.name, self.queue, self.stream, self.every, self.clock = name, queue, stream, every, clock
+    self.done, self.total, self.base, self.unit, self.step, self.steps = (
+      0,
+      None,
+      0,
+      None,
+      None,
+      None,
+    )
+    self.sent = -math.inf
+
+  def log(self, text):
+    print(text, file=self.stream, flush=True)
+    for line in text.splitlines():
+      if tag := TAG.search(line):  # an old protocol arm done; a walk's next arms count anew
+        i, n = int(tag[1]), int(tag[2])
+        if i == 1 and self.total is not None:
+          self.base = self.done
+        self.done, self.total, self.unit, self.step = self.base + i, self.base + n, None, None
+        self._send(now=True)
+      elif step := STEP.search(line):
+        self.unit, self.step, self.steps = step[1].strip(), int(step[2]), int(step[3])
+        self._send()
+
+  def progress(self, done, total, unit):
+    self.done, self.total, self.unit, self.step, self.steps = done, total, unit, None, None
+    self._send(now=True)
+
+  def _send(self, now=False):
+    if not now and self.clock() - self.sent < self.every:
+      return
+    self.sent = self.clock()
+    state = {"done": self.done, "total": self.total, "unit": self.unit}
+    self.queue.put((self.name, "progress", state | {"step": self.step, "steps": self.steps}))
+
+
+def core_sets(jobs):
+  """The cores this process may run on, dealt into `jobs` disjoint sets (cores 0 2 4 ... and
+  1 3 5 ... for two jobs); None when there are fewer cores than jobs or the platform cannot
+  pin a process to cores."""
+  if not hasattr(os, "sched_setaffinity"):
+    return None
+  cores = sorted(os.sched_getaffinity(0))
+  if len(cores) < jobs:
+    return None
+  return [cores[i::jobs] for i in range(jobs)]
+
+
+def _first_line(error):
+  return (str(error).strip().splitlines() or [""])[0]
+
+
+def _worker(task, cores, queue):
+  """A worker process: on `cores`, every line it writes into the task's train.log."""
+  if cores is not None:
+    os.sched_setaffinity(0, cores)  # before JAX sizes its thread pools from the cores it may use
+  os.makedirs(task.folder, exist_ok=True)
+  with open(task.log_path, "a", buffering=1) as stream:
+    os.dup2(stream.fileno(), 1)
+    os.dup2(stream.fileno(), 2)
+    if hasattr(sys.stdout, "reconfigure"):
+      sys.stdout.reconfigure(line_buffering=True)
+    compile_cache.enable()
+    try:
+      out = ("result", task.runner(task, Tracker(task.name, queue, stream)))
+    except Exception as e:  # reported to the parent; the log keeps the traceback
+      traceback.print_exc()
+      out = ("error", f"{type(e).__name__}: {_first_line(e)}")
+    queue.put((task.name, *out))
+
+
+def _receive(queue, timeout, board, ended):
+  """Takes the messages waiting (the first within `timeout` seconds): progress to the board,
+  a worker's last word into `ended`."""
+  messages = []
+  try:
+    messages.append(queue.get(timeout=timeout))
+    while True:
+      messages.append(queue.get_nowait())
+  except queues.Empty:
+    pass
+  for name, kind, payload in messages:
+    if kind == "progress":
+      board.update(name, **payload)
+    else:
+      ended[name] = (kind, payload)
+
+
+def run(tasks, jobs, board, on_done, poll=0.25):
+  """Runs `tasks` in order in at most `jobs` worker processes at once; calls
+  on_done(task, kind, payload) as each ends: kind "result" with what its runner returned, or
+  "error" with what stopped it. Workers run on the CPU unless JAX_PLATFORMS says otherwise
+  when more than one runs at once: two processes cannot share one accelerator (a TPU is held by
+  one process, a GPU's memory preallocated by the first)."""
+  context = multiprocessing.get_context("spawn")
+  queue = context.Queue()
+  jobs = max(1, min(jobs, len(tasks)))
+  if jobs > 1:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # spawned workers read this environment
+  free = core_sets(jobs) or [None] * jobs
+  todo, running, ended = list(tasks), {}, {}
+  try:
+    while todo or running:
+      while todo and len(running) < jobs:
+        task, cores = todo.pop(0), free.pop(0)
+        process = context.Process(target=_worker, args=(task, cores, queue), name=task.name)
+        process.start()
+        running[task.name] = (task, process, cores)
+        board.start(task.name)
+      _receive(queue, poll, board, ended)
+      for name, (task, process, cores) in list(running.items()):
+        if name not in ended and process.exitcode is not None:
+          _receive(queue, poll, board, ended)  # its last word may still be in the pipe
+          ended.setdefault(name, ("error", f"its process died (exit code {process.exitcode})"))
+        if name in ended:
+          process.join(timeout=60)
+          if process.is_alive():  # stuck in its teardown: what it sent is all that counts
+            process.terminate()
+          free.append(cores)
+          del running[name]
+          on_done(task, *ended.pop(name))
+      board.tick()
+  finally:
+    for _, process, _ in running.values():  # interrupted: the workers stop with this process
+      process.terminate()
+      process.join(timeout=10)
+    board.close()
