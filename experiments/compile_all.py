@@ -11,8 +11,8 @@ An experiment trains as sweeps (jaxformer.train.sweep): N replicas (seeds x lear
 weight decays) in one program, the replica axis laid along the devices of one host when N
 divides their number, else every replica on the first device. A sweep here is (label, training
 config, N): `declared_sweeps` lists a declared experiment's (experiments/engine/policy.py: each
-unit's exploratory stage and its confirmatory stage), `protocol_sweeps` an old protocol
-module's arms (experiments/protocol.py: one sweep per arm). `compile_arms` compiles their
+unit's exploratory stage and its confirmatory stage), `protocol_sweeps` the scorecard's arms
+(experiments/protocol.py: one sweep per arm). `compile_arms` compiles their
 programs (init, train step, eval sums) for TARGET with that placement
 (jaxformer.train.compile_only.compile_sweep), once per distinct shape (sweeps with the same
 shapes share the program, as they do in a run), and writes WORKDIR/<experiment>/
@@ -24,7 +24,7 @@ and the report counts the sweeps it did not reach.
 
 What is compiled is each sweep at its first budget: budget growth recompiles the same shapes
 (total_steps is static) and a learning-rate extension compiles a sweep of fewer replicas, so
-neither needs more memory. Not compiled: the programs an experiment's measure() runs beside
+neither needs more memory. Not compiled: the programs an experiment's measurements run beside
 its sweeps (timing and cost probes).
 """
 
@@ -86,8 +86,8 @@ def declared_sweeps(experiment, size_name):
 
 
 def protocol_sweeps(config, arms):
-  """[(label, training config, replicas)] of an old protocol module's arms under experiment
-  config `config` (experiments/protocol.py: every seed, rate and weight decay in one sweep)."""
+  """[(label, training config, replicas)] of the scorecard's arms under its config `config`
+  (experiments/protocol.py: every seed, rate and weight decay in one sweep)."""
   return [
     (f"{arm.model} @ {arm.setting}", protocol.arm_config(config, arm),
      len(protocol.replicas(config, arm)))
@@ -185,9 +185,8 @@ def table(rows, tgt):
 
 def main(experiments, size, target_spec, workdir, echo=print, limit=None):
   """run_all's --compile_only: `experiments` ([(name, sweeps)] as `declared_sweeps` and
-  `protocol_sweeps` list them, or old protocol modules) compiled for the target at `size` (at
-  most `limit` distinct sweeps of each, largest first; None: all); one report per experiment
-  under WORKDIR/<name>,
+  `protocol_sweeps` list them) compiled for the target at `size` (at most `limit` distinct
+  sweeps of each, largest first; None: all); one report per experiment under WORKDIR/<name>,
   WORKDIR/compile_summary.json and the summary table. Returns the exit code: 0, 1 when an
   experiment could not be compiled (its error is in the table), 2 when a program does not fit
   or the target is bad (one line)."""
@@ -197,11 +196,9 @@ def main(experiments, size, target_spec, workdir, echo=print, limit=None):
     echo(f"error: {e}")
     return 2
   rows = []
-  for i, item in enumerate(experiments, 1):
-    name = item[0] if isinstance(item, tuple) else item.NAME
+  for i, (name, sweeps) in enumerate(experiments, 1):
     echo(f"[{i}/{len(experiments)}] {name} (size={size}) compiled for {tgt.spec} ...")
     try:
-      sweeps = item[1] if isinstance(item, tuple) else _module_sweeps(item, size)
       report = compile_arms(name, sweeps, tgt, os.path.join(workdir, name), size, echo, limit)
     except Exception as e:  # one experiment's failure is reported, the others still compile
       refused = isinstance(e, compile_only.DoesNotFit)  # the target's compiler refused it
@@ -254,11 +251,6 @@ def scorecard_group(mixer):
   from experiments import scorecard as card
 
   return f"{card.NAME}/{mixer.replace(' ', '_')}"
-
-
-def _module_sweeps(module, size):
-  config = module.get_config(size)
-  return protocol_sweeps(config, module.arms(config) if hasattr(module, "arms") else [])
 
 
 def _first_line(e):

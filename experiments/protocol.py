@@ -26,10 +26,10 @@ and registers its design (pre-registration, docs/experiments.md "Design log"):
   FALSIFICATION = (Falsification("no_skip", "recalls", "a deep plain stack"),)
 
 `design(module, size)` freezes all of it into a `Design` (the config, the arms, the specs,
-the falsification arms, the plateau rule) with a content hash; results/designs.json registers
-each experiment's version with its hash per size, and tests/experiments/test_designs.py fails
-when a design's content changes and its version does not (`python -m experiments.designs
---register` records a new version; it refuses to rewrite a registered one).
+the falsification arms, the plateau rule) with a content hash, recorded beside the verdict.
+(The registry of those hashes, results/designs.json, retired after b74c13a with the
+experiment modules it registered: they are declarations now, experiments/engine/. The
+scorecard, the one caller left, trains through `train` and is not registered.)
 
 `run(module, config, workdir)` does the rest, the same way for every experiment:
 
@@ -1309,8 +1309,9 @@ def run(module, config, workdir, size="", log=print):
   arms = list(module.arms(config)) if hasattr(module, "arms") else []
   store = os.path.join(workdir, SWEEPS)
   trained = train(arms, config, log, store=store)
-  # a module whose next arms depend on what the trained ones show (a walk over a grid:
-  # experiments/capacity.py) names them until it needs none; each seed set decides for itself
+  # a module whose next arms depend on what the trained ones show (a walk over a grid, as
+  # the retired fixed_memory's capacity law did) names them until it needs none; each seed
+  # set decides for itself
   while hasattr(module, "next_arms"):
     views = [trained.view(seeds) for seeds in (confirm, explore) if seeds]
     named = {(a.model, a.setting): a for a in module.next_arms(config, views)}

@@ -44,7 +44,7 @@ class Criterion:
   verdict alone once it has plateaued (a claim for every arm, failed on every seed by one
   arm: the gate does not wait on the others, whose training cannot undo it); `bounded` a note
   when the verdict is the same at every corner of what more training can do to the replicas it
-  reads that are still learning (protocol.Spec.learning_bounds; experiments/capacity.py)."""
+  reads that are still learning (protocol.Spec.learning_bounds)."""
 
   def __init__(
     self,

@@ -15,8 +15,12 @@ and Based report fixed states failing.
   linear_8, _32     linear attention (elu + 1), one head of rank r: a state of r (r + 1)
                     floats per layer
 
-  python -m experiments.engine run fixed_memory --size quick
+  python -m experiments.engine run fixed_memory --size quick    # ~5 minutes on 2 CPU cores
   python -m experiments.engine run fixed_memory --size full     # ~6 hours on 2 CPU cores
+
+Quick replicates the design small: an easy mixture (V = 16, L = 16, P 2-4) and a hard one
+(V = 64, L = 32, P 2-8) at D = 32, every arm at the one rate its sizing run selected, 1,500
+steps, so `make run` trains both LSTMs.
 
 A failure is labelled per setting by the rule of `label` below: capacity where recall falls
 with P at a fixed state and a larger state recalls more at the most pairs, learnability

@@ -28,10 +28,8 @@ from jaxformer import compile_cache
 
 LOG = "train.log"
 # a sweep's progress line, "<unit>: step S/T: ..." (jaxformer/train/sweep.py, the unit's prefix
-# from experiments/engine/policy.py or experiments/protocol.py)
+# from experiments/engine/policy.py)
 STEP = re.compile(r"([^\[\]:]+): step (\d+)/(\d+)")
-# an old protocol arm's end, "[i/n] <model> @ <setting>: ..." (experiments/protocol.py)
-TAG = re.compile(r"\[(\d+)/(\d+)\] [^:]+:")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,26 +61,13 @@ class Tracker:
 
   def __init__(self, name, queue, stream, every=1.0, clock=time.monotonic):
     self.name, self.queue, self.stream, self.every, self.clock = name, queue, stream, every, clock
-    self.done, self.total, self.base, self.unit, self.step, self.steps = (
-      0,
-      None,
-      0,
-      None,
-      None,
-      None,
-    )
+    self.done, self.total, self.unit, self.step, self.steps = 0, None, None, None, None
     self.sent = -math.inf
 
   def log(self, text):
     print(text, file=self.stream, flush=True)
     for line in text.splitlines():
-      if tag := TAG.search(line):  # an old protocol arm done; a walk's next arms count anew
-        i, n = int(tag[1]), int(tag[2])
-        if i == 1 and self.total is not None:
-          self.base = self.done
-        self.done, self.total, self.unit, self.step = self.base + i, self.base + n, None, None
-        self._send(now=True)
-      elif step := STEP.search(line):
+      if step := STEP.search(line):
         self.unit, self.step, self.steps = step[1].strip(), int(step[2]), int(step[3])
         self._send()
 

@@ -4,13 +4,14 @@
   python -m experiments.bench sweep --size tiny     # the smoke test's size: seconds
   python -m experiments.bench sweep --set arms="('lstm',)" --set replicas="(1,24)"
 
-Three arms stand for the experiments' quick size (`make run`):
-  lstm         rung rnn, one LSTM layer, D = 64, MQAR V = 32 L = 16 K = 2, batch 64
-               (experiments/fixed_memory.py, the lstm arm at D = 64)
+Three arms stand for the experiments' quick size (`make run`), fixed so that BENCHMARKS.md's
+rows compare across commits (they are the quick arms of the old protocol's fixed_memory and
+mlp_memory modules, retired since):
+  lstm         rung rnn, one LSTM layer, D = 64, MQAR V = 32 L = 16 K = 2, batch 64 (the
+               layer of experiments/s1_fixed_memory.py's rnn_64)
   transformer  rung transformer, 2 layers, 1 head, D = 64, F = 256, the same task and batch
-               (experiments/fixed_memory.py, the transformer arm at D = 64)
   text_lm      rung mlp_kv, 2 layers, 2 heads, D = F = 64, char-level text of jaxformer's own
-               source, L = 32, batch 32 (experiments/mlp_memory.py, the F = 64 W2 arm)
+               source, L = 32, batch 32
 
 Per arm, one `compile` row: the sweep's three programs (init, train step, eval) at
 `compile_replicas` replicas, each timed from trace to compiled executable, cold (a fresh,

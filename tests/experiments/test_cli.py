@@ -1,42 +1,26 @@
 """Every entry point's command line: `--help` exits 0 with its usage, and a bad flag, an unknown
 config field or a stray argument is one `error:` line and exit 2, before anything runs.
 
-The entry points that also serve as libraries (run_all and each experiment, scorecard, bench,
-gpu_bench, bench_loader, designs, tables, retrain) are called in process; main, sample and evaluate
-define their flags on absl's global FLAGS, so they run as subprocesses (in parallel, `--help`
-only).
+The entry points that also serve as libraries (run_all, scorecard, bench, gpu_bench,
+bench_loader) are called in process; main, sample and evaluate define their flags on absl's
+global FLAGS, so they run as subprocesses (in parallel, `--help` only).
 """
 
-import functools
 import os
 import subprocess
 import sys
 
 import pytest
 
-from experiments import (
-  bench,
-  bench_loader,
-  cli,
-  designs,
-  gpu_bench,
-  retrain,
-  run_all,
-  scorecard,
-  tables,
-)
+from experiments import bench, bench_loader, cli, gpu_bench, run_all, scorecard
 from tests.train.train_helpers import REPO
 
 ENTRY_POINTS = {
   "run_all": (run_all.main, "The main job: every experiment, a few at once, then the claims"),
-  "fixed_memory": (functools.partial(run_all.main, single="fixed_memory"), "Experiment 1"),
   "scorecard": (scorecard.main, "The scorecard: any sequence mixer through every design"),
   "bench": (bench.main, "Run a benchmark suite and print a table"),
   "gpu_bench": (gpu_bench.main, "The GPU benchmark run behind experiments/gpu_bench.sh"),
-  "designs": (designs.main, "The registry of experiment designs"),
-  "tables": (tables.main, "The results tables of README.md and docs/experiments.md"),
   "bench_loader": (bench_loader.main, "Loader throughput: one batched read per step"),
-  "retrain": (retrain.main, "Re-trains one arm of an experiment's registered design"),
 }
 BAD = {  # (arguments, what the one line names)
   "unknown flag": (["--nope=1"], "'nope'"),
@@ -59,16 +43,6 @@ def test_help_prints_the_usage_and_every_flag_and_exits_0(name, capsys):
   assert "\nflags:\n" in out and "--flagfile" not in out  # its own flags, not absl's
 
 
-@pytest.mark.parametrize("name", run_all.EXPERIMENTS)
-def test_every_experiment_prints_its_docstring_and_its_config_with_help(name, capsys):
-  main = functools.partial(run_all.main, single=name)
-  assert _exit_code(main, ["--help"]) == 0
-  out = capsys.readouterr().out
-  assert out.startswith(run_all.experiment(name).__doc__.strip().splitlines()[0])
-  flags = out.split("\nflags:\n", 1)[1]
-  assert "--config:" in flags and "--size:" in flags and "--only" not in flags
-
-
 @pytest.mark.parametrize("case", BAD)
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_a_bad_command_line_is_one_line_and_exit_2(name, case, capsys):
@@ -82,32 +56,10 @@ def test_a_bad_command_line_is_one_line_and_exit_2(name, case, capsys):
   assert len(err) == 1 and err[0].startswith("error: ") and named in err[0], err
 
 
-@pytest.mark.parametrize("name", ["fixed_memory", "scorecard"])
-def test_a_config_flag_names_an_unknown_field_with_the_nearest_one(name, capsys):
-  field = {"fixed_memory": "sed", "scorecard": "sedds"}[name]
-  assert _exit_code(ENTRY_POINTS[name][0], [f"--config.{field}=1"]) == 2
+def test_a_config_flag_names_an_unknown_field_with_the_nearest_one(capsys):
+  assert _exit_code(ENTRY_POINTS["scorecard"][0], ["--config.sedds=1"]) == 2
   (line,) = capsys.readouterr().err.strip().splitlines()
-  nearest = {"fixed_memory": "seed", "scorecard": "seeds"}[name]
-  assert (
-    line == f"error: --config.{field}: unknown field {field!r} of config; did you mean {nearest!r}?"
-  )
-
-
-def test_an_experiment_takes_its_config_at_the_size_with_overrides(monkeypatch, tmp_path):
-  seen = {}
-
-  def run_one(module, size, workdir, config):
-    seen.update(module=module.NAME, size=size, config=config)
-    raise SystemExit(0)  # what ran is all this test needs
-
-  monkeypatch.setattr(run_all, "run_one", run_one)
-  argv = ["--size=tiny", "--config.confirmatory_seeds=(5,)", f"--workdir={tmp_path}"]
-  assert _exit_code(ENTRY_POINTS["fixed_memory"][0], argv) == 0
-  expected = run_all.experiment("fixed_memory").get_config("tiny")
-  assert seen["module"] == "fixed_memory" and seen["size"] == "tiny"
-  assert (
-    seen["config"].confirmatory_seeds == (5,) and seen["config"].total_steps == expected.total_steps
-  )
+  assert line == "error: --config.sedds: unknown field 'sedds' of config; did you mean 'seeds'?"
 
 
 def test_ml_collections_still_reports_a_missing_field_of_a_config_file_as_cli_reads_it(tmp_path):

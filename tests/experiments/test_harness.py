@@ -1,8 +1,6 @@
 import hashlib
-import math
 import os
 
-import numpy as np
 import pytest
 
 from experiments import harness
@@ -29,32 +27,6 @@ def test_train_config_names_an_unknown_field():
     harness.train_config("rnn", "mqar", {"colour": 1})
   with pytest.raises(ladder.ConfigError, match="stepz"):
     harness.train_config("rnn", "mqar", stepz=1)
-
-
-class _Source:
-  def __init__(self, n):
-    self.rows = [{"inputs": np.full(4, i)} for i in range(n)]
-
-  def __getitem__(self, i):
-    return self.rows[i]
-
-  def __getitems__(self, ids):
-    return [self.rows[i] for i in ids]
-
-
-class _Dataset:
-  source = _Source(5)
-
-
-def test_read_inputs_stacks_the_chosen_rows():
-  tokens = harness.read_inputs(_Dataset(), np.array([3, 1]))
-  assert tokens.dtype == np.int32 and tokens.tolist() == [[3] * 4, [1] * 4]
-
-
-def test_finite_walks_nested_metrics():
-  assert harness.finite({"a": [1.0, {"b": 2}], "c": "text"})
-  assert not harness.finite({"a": [1.0, {"b": math.nan}]})
-  assert not harness.finite([np.float32(np.inf)])
 
 
 def test_the_pinned_source_corpus_is_the_registered_stream():

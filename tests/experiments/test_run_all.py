@@ -2,31 +2,14 @@
 reported with its log while the others still run, and the claims screen at the end."""
 
 import io
-import json
 import os
 import types
 
 import pytest
 
-from experiments import board, report, run_all, workers
+from experiments import board, run_all, workers
 from experiments.engine import page, records, registry
 from tests.experiments import run_all_stubs
-
-
-def _old(passes_control, name="fixed_memory"):
-  """An old-protocol stand-in: no arms to train, one control, one claim."""
-  return types.SimpleNamespace(
-    NAME=name,
-    CLAIM=f"{name} claims",
-    get_config=lambda size: {"seeds": (0, 1, 2)},
-    arms=lambda config: [],
-    controls=lambda metrics, config: [report.Criterion("the control learns", passes_control)],
-    criteria=lambda metrics, config: [report.Criterion("the claim holds", True)],
-  )
-
-
-def _crashing(config):
-  raise RuntimeError("out of memory at L=4096")
 
 
 def test_main_runs_each_experiment_in_a_worker_and_a_failure_loses_nothing_else(
@@ -60,7 +43,6 @@ def test_main_runs_each_experiment_in_a_worker_and_a_failure_loses_nothing_else(
   detail = (tmp_path / "cache" / workers.LOG).read_text()  # every step, its own lines too
   assert "r4: step 10/20" in detail and "a line the experiment printed itself" in detail
   assert "step 10/20" not in out and len(lines) < 60
-  assert not (tmp_path / "report.md").exists()  # no old-protocol experiment ran
   claims_md = (tmp_path / "claims.md").read_text()  # the five-minute report, its figure beside
   assert f"the claims, with a figure per claim: {tmp_path / 'claims.md'}" in out
   assert "| 5.3 |" in claims_md and (tmp_path / "claims.png").stat().st_size > 0
@@ -72,59 +54,27 @@ def test_an_unknown_experiment_is_a_usage_error(tmp_path, capsys):
   assert done.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "--only: unknown experiment(s) ['fixed_memroy']" in err[0]
-  assert not (tmp_path / "results.json").exists()
+  assert not list(tmp_path.iterdir())  # nothing ran, nothing written
 
 
-def test_an_old_protocol_crash_is_unresolved_and_a_failed_control_inconclusive(tmp_path, capsys):
-  crashing = _old(True, "mlp_memory")
-  crashing.arms = _crashing
-  quiet = {"log": lambda text: None}
-  results = [
-    run_all.run_one(crashing, "tiny", str(tmp_path), **quiet),
-    run_all.run_one(_old(False), "tiny", str(tmp_path), **quiet),
+def test_a_size_not_registered_yet_is_skipped_with_a_line(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(registry, "versions", lambda experiment, size: [])  # being sized
+  assert run_all.main(["--only", "cache", "--size", "tiny", "--workdir", str(tmp_path)]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[:2] == [
+    "  cache: no registered tiny design yet (being sized): skipped",
+    f"0 experiments (size=tiny), 1 at once; each one's detail in {tmp_path}/<name>/train.log",
   ]
-  run_all.summary(results, str(tmp_path), wall=1.0)
-  saved = json.loads((tmp_path / "results.json").read_text())
-  assert [(r["experiment"], r["verdict"], r["size"]) for r in saved] == [
-    ("mlp_memory", "UNRESOLVED", "tiny"),
-    ("fixed_memory", "INCONCLUSIVE", "tiny"),
-  ]
-  assert "RuntimeError: out of memory at L=4096" in saved[0]["metrics"]["error"]
-  assert saved[1]["controls"][0]["description"] == "the control learns"
-  assert saved[1]["controls"][0]["verdict"] == "REFUTED"
-  out = capsys.readouterr().out
-  assert "0 of 2 experiments SUPPORTED" in out
-  assert "mlp_memory       UNRESOLVED   (nothing trained)  (ran to completion (crashed" in out
-  assert "fixed_memory     INCONCLUSIVE (nothing trained)  (control failed: the control" in out
-
-
-def test_the_summary_names_the_replicas_still_learning():
-  result = report.Result("skips", "", "", [], {})
-  result.plateau = [
-    {
-      "model": "no_skip",
-      "setting": "depth=4",
-      "exploratory": "100:flat",
-      "confirmatory": "0:learning 1:target 2:learning",
-    },
-    {
-      "model": "residual",
-      "setting": "depth=4",
-      "exploratory": "100:target",
-      "confirmatory": "0:target 1:target 2:diverged",
-    },
-  ]
-  line = run_all.plateau_line(result)
-  assert line == "plateau 6/8 replicas (still learning: no_skip @ depth=4 seeds 0, 2)"
+  assert not (tmp_path / "cache").exists()
 
 
 class _Queue(list):
   put = list.append
 
 
-def test_a_tracker_reads_the_units_and_steps_of_both_runners():
-  """The engine says when a unit starts; an old protocol run is read from its log lines (an
-  arm's end, a walk's next arms counted on); a step is sent at most every `every` seconds."""
+def test_a_tracker_reads_the_units_and_steps():
+  """The engine says when a unit starts; its sweep's step lines say how far the unit is; a step
+  is sent at most every `every` seconds, a unit's start at once."""
   now = [0.0]
   sent = _Queue()
   tracker = workers.Tracker("x", sent, io.StringIO(), every=10.0, clock=lambda: now[0])
@@ -133,21 +83,14 @@ def test_a_tracker_reads_the_units_and_steps_of_both_runners():
   tracker.log("r4 @ *: step 100/400: 3/3 replicas training, best validation accuracy 0.5")
   now[0] = 15.0
   tracker.log("r4 @ *: step 150/400: 3/3 replicas training")  # within 10 s: not sent
+  tracker.log("a line of the experiment's own")  # no step: nothing sent
+  tracker.progress(2, 4, "r16 @ *")
   states = [payload for _, kind, payload in sent]
   assert states == [
     {"done": 1, "total": 4, "unit": "r4 @ *", "step": None, "steps": None},
     {"done": 1, "total": 4, "unit": "r4 @ *", "step": 100, "steps": 400},
+    {"done": 2, "total": 4, "unit": "r16 @ *", "step": None, "steps": None},
   ]
-  sent.clear()
-  old = workers.Tracker("fixed_memory", sent, io.StringIO(), every=0.0)
-  old.log("      lstm @ hidden=16 K=2 L=32: step 50/800: 4/4 replicas training")
-  old.log("    [1/2] lstm @ hidden=16 K=2 L=32: 4 replicas, compile 1.0 s")
-  old.log("    [2/2] lstm @ hidden=64 K=2 L=32: 4 replicas, compile 1.0 s")
-  old.log("    next: lstm @ hidden=16 K=4 L=32")
-  old.log("    [1/1] lstm @ hidden=16 K=4 L=32: 4 replicas, compile 1.0 s")
-  read = [(p["done"], p["total"], p["unit"], p["step"]) for _, _, p in sent]
-  assert read == [(0, None, "lstm @ hidden=16 K=2 L=32", 50), (1, 2, None, None),
-                  (2, 2, None, None), (3, 3, None, None)]  # fmt: skip
 
 
 def test_a_piped_board_writes_a_line_per_unit_and_one_now_and_then():
@@ -198,37 +141,40 @@ def test_durations_read_at_a_glance(seconds, text):
 
 
 def test_the_longest_experiment_starts_first(tmp_path):
-  records.write({"seconds": 190.0}, str(tmp_path / "mlp_memory_quick.json.gz"))
-  records.write({"seconds": 40.0}, str(tmp_path / "heads" / "quick.json"))  # a declared record
-  names = ["cache", "heads", "mlp_memory"]  # cache: never measured, so it goes first
-  assert run_all.longest_first(names, "quick", str(tmp_path)) == ["cache", "mlp_memory", "heads"]
+  records.write({"seconds": 190.0}, str(tmp_path / "mlp_memory" / "quick.json"))
+  records.write({"seconds": 40.0}, str(tmp_path / "heads" / "quick.json"))
+  records.write({"seconds": 900.0}, str(tmp_path / "skips" / "full.json"))  # another size
+  names = ["skips", "cache", "heads", "mlp_memory"]  # skips, cache: never measured at quick
+  assert run_all.longest_first(names, "quick", str(tmp_path)) == [
+    "skips",
+    "cache",
+    "mlp_memory",
+    "heads",
+  ]
 
 
-def test_old_protocol_experiments_in_two_worker_processes(tmp_path):
-  """Spawned workers running old-protocol stand-ins: a result comes back, every line a worker
-  writes goes to its train.log, each worker keeps to its share of the cores, and one whose
-  module cannot even be imported ends as an error while the other finishes."""
-  stub = "tests.experiments.declared_stub"
+def test_experiments_in_two_worker_processes(tmp_path):
+  """Spawned workers: a result comes back, every line a worker writes goes to its train.log,
+  each worker keeps to its share of the cores, and one whose declaration cannot even be
+  imported ends as an error while the other finishes."""
+  missing = "tests.experiments.no_such_declaration"
   tasks = [
-    workers.Task("fixed_memory", run_all.run_protocol, "tiny", str(tmp_path), stub),
-    workers.Task("mlp_memory", run_all.run_protocol, "tiny", str(tmp_path), stub + "_missing"),
+    workers.Task("cache", run_all_stubs.measures_cores, "tiny", str(tmp_path)),
+    workers.Task("heads", run_all.run_declared, "tiny", str(tmp_path), missing),
   ]
   got = {}
   screen = board.Board(io.StringIO(), tty=False)
   workers.run(
     tasks, 2, screen, lambda task, kind, payload: got.update({task.name: (kind, payload)})
   )
-  kind, result = got["fixed_memory"]
-  assert kind == "result" and result.experiment == "declared_stub"
-  assert result.verdict == "SUPPORTED" and result.size == "tiny"
-  assert 0 < result.cpu_seconds  # the worker's own CPU time, every thread
-  assert 0 <= result.compile_seconds <= result.seconds
-  kind, error = got["mlp_memory"]
+  assert got["cache"] == ("result", {"experiment": "cache", "size": "tiny"})
+  kind, error = got["heads"]
   assert kind == "error" and error.startswith("ModuleNotFoundError: No module named")
-  log = (tmp_path / "fixed_memory" / workers.LOG).read_text()
-  cores = log.split("declared stub measured on cores ")[1].splitlines()[0]
+  log = (tmp_path / "cache" / workers.LOG).read_text()
+  cores = log.split("stub measured on cores ")[1].splitlines()[0]
   sets = workers.core_sets(2) or [sorted(os.sched_getaffinity(0))]
   assert cores in [str(s) for s in sets], (cores, sets)
+  assert "No module named" in (tmp_path / "heads" / workers.LOG).read_text()  # its traceback
 
 
 def test_the_cores_are_dealt_among_the_jobs(monkeypatch):
