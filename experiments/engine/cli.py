@@ -20,7 +20,7 @@ import os
 import sys
 
 from experiments import harness
-from experiments.engine import catalog, declare, page, registry, run, summary
+from experiments.engine import catalog, declare, page, records, registry, run, summary
 
 
 def _parser():
@@ -41,6 +41,10 @@ def _parser():
   g.add_argument("name")
   g.add_argument("--size", required=True, choices=declare.SIZES)
   g.add_argument("--why", required=True)
+  j = sub.add_parser("rejudge", help="judge a record again from its measurements (no training)")
+  j.add_argument("name")
+  j.add_argument("--size", required=True, choices=declare.SIZES)
+  j.add_argument("--why", required=True, help="the rule that changed, for the log")
   pg = sub.add_parser("page", help="regenerate results/<name>/README.md")
   pg.add_argument("name")
   sub.add_parser("claims", help="regenerate README.md's claims table from results/")
@@ -78,6 +82,12 @@ def main(argv=None):
     if args.command == "register":
       new = registry.register(experiment, args.size, args.why)
       print(f"{args.name} {args.size}: version {new['version']}, seeds {new['confirmatory']}")
+    elif args.command == "rejudge":
+      path = os.path.join(registry.RESULTS, args.name, f"{args.size}.json")
+      result = run.rejudge(records.read(path), experiment)
+      run.record(result, experiment, note=f"re-judged at {result['rejudged']}: {args.why}")
+      for number, c in result["claims"].items():
+        print(f"{number} {c['verdict']:<12} {c['text']}")
     elif args.command == "page":
       folder = os.path.join(registry.RESULTS, args.name)
       with open(os.path.join(folder, page.PAGE), "w") as f:

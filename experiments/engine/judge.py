@@ -10,7 +10,11 @@ exploratory and which confirmatory). In order:
 2. Each criterion's statistic is read on the confirmatory seeds (the verdict of record), on
    the exploratory seeds, on its positive case and on its falsification case
    (experiments/engine/stats.py). A reading of an arm still learning at its step cap is
-   UNRESOLVED ("still learning").
+   UNRESOLVED ("still learning"). A replica that never rose above chance (policy's `chance`)
+   counts as finished only where the reading expects that arm to be the low one: the
+   criterion's arm under `<=` or its `against` under `>=`, read as the criterion expects
+   (the claim, its positive case), and the other way round for the falsification case,
+   which the criterion must reject. Elsewhere it counts as still learning.
 3. The verdict, first rule that applies:
      a control it names in `guarded_by` is not met          INCONCLUSIVE
      its positive case is not SUPPORTED (cannot accept)     INCONCLUSIVE
@@ -74,18 +78,20 @@ class Measured:
     key = label(self.resolve(point))
     return self.trained.get(key, key)
 
-  def learning(self, arm, point, group):
-    """The budget when a replica of `group` at (arm, point) is still learning, else None. A
-    metric of no one unit (a statistic across an arm's settings) reads every unit of the arm;
-    an arm that trained nothing (an analytic quantity) is never learning."""
+  def learning(self, arm, point, group, low=False):
+    """The budget when a replica of `group` at (arm, point) is still learning, else None
+    (`low`: the reading expects this arm to fail, so one at chance has finished). A metric of
+    no one unit (a statistic across an arm's settings) reads every unit of the arm; an arm
+    that trained nothing (an analytic quantity) is never learning."""
     units = self.plateau.get(arm, {})
     key = self.unit(arm, point)
     keys = [key] if key in units else list(units)
     keep = self.exploratory if group == "exploratory" else self.confirmatory
+    growing = ("learning",) if low else ("learning", "chance")
     budgets = [
       self.budget[arm][k]
       for k in keys
-      if any(st == "learning" for s, st in zip(self.seeds, units[k], strict=True) if s in keep)
+      if any(st in growing for s, st in zip(self.seeds, units[k], strict=True) if s in keep)
     ]
     return max(budgets) if budgets else None
 
@@ -113,8 +119,20 @@ def _statistic(experiment, criterion, measured, where, group):
   return stats.statistic(c.statistic, values, other, untrained)
 
 
-def reading(experiment, criterion, measured, case=None, group="confirmatory", plateau=True):
-  """The stats.Reading of `criterion` (or its `case`) on `group`'s seeds."""
+def low_arms(criterion, rejects=False):
+  """The arms a reading of `criterion` expects to be the low ones: its arm under `<=`, its
+  `against` under `>=`; swapped where the reading must reject (`rejects`: the falsification
+  case). None for steps_to, where the low arm is the one that learns."""
+  if criterion.metric == "steps_to":
+    return ()
+  first, second = ("arm", "against") if criterion.compare == "<=" else ("against", "arm")
+  return (second,) if rejects else (first,)
+
+
+def reading(experiment, criterion, measured, case=None, group="confirmatory", plateau=True,
+            rejects=False):  # fmt: skip
+  """The stats.Reading of `criterion` (or its `case`, `rejects`: the falsification case) on
+  `group`'s seeds."""
   c = criterion
   if case is not None and case.analytic:
     return stats.read(case.values, c.compare, c.threshold, c.rule)
@@ -122,8 +140,9 @@ def reading(experiment, criterion, measured, case=None, group="confirmatory", pl
   values = _statistic(experiment, c, measured, where, group)
   r = stats.read(values, c.compare, c.threshold, c.rule)
   if plateau:
+    low = {dict(zip(("arm", "against"), where[:2], strict=True))[k] for k in low_arms(c, rejects)}
     for arm in dict.fromkeys(a for a in where[:2] if a is not None):  # in order: a stable note
-      budget = measured.learning(arm, where[2], group)
+      budget = measured.learning(arm, where[2], group, low=arm in low)
       if budget is not None:
         note = f"{arm} still learning at its step cap ({budget} steps)"
         return dataclasses.replace(r, verdict=UNRESOLVED, note=note)
@@ -214,7 +233,8 @@ def judge(experiment, measured):
     confirm = reading(e, c, measured, plateau=not is_control)
     explore = reading(e, c, measured, group="exploratory", plateau=not is_control)
     positive = None if c.positive is None else reading(e, c, measured, c.positive)
-    falsified = None if c.falsification is None else reading(e, c, measured, c.falsification)
+    falsified = None if c.falsification is None else reading(
+      e, c, measured, c.falsification, rejects=True)  # fmt: skip
     if is_control:
       verdict, why = (SUPPORTED, "met") if confirm.verdict == SUPPORTED else (
         confirm.verdict, confirm.note or "not met")  # fmt: skip

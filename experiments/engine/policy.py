@@ -13,7 +13,11 @@ re-judges every verdict of record):
              nothing to select, and every seed trains in the one program.
   plateau    A replica has finished learning when it reached the size's early-stop
              accuracy, diverged, or its best validation accuracy over the last half of its
-             budget beat its best over the first half by less than PLATEAU_TOLERANCE.
+             budget beat its best over the first half by less than PLATEAU_TOLERANCE. One
+             still learning whose best validation accuracy never rose CHANCE_BAND above the
+             task's chance is marked `chance`: learning for the budget rule, and for the
+             judge finished only where the design expects that arm to fail
+             (experiments/engine/judge.py).
   budget     While a replica at the selected point has not finished and the budget is below
              the size's step_cap, the unit's whole sweep trains again from step 0 at twice
              the budget (at most step_cap), and selection reads the new sweep. At the cap,
@@ -37,19 +41,31 @@ PLATEAU_TOLERANCE = 0.02
 PLATEAU_WINDOW = 0.5
 GROWTH = 2
 FINISHED = ("target", "flat", "diverged")
+GROWING = ("learning", "chance")  # the budget rule grows a unit while a replica is either
+CHANCE_BAND = 0.05
 
 
-def status(run, budget):
-  """target / diverged / flat / learning: the plateau rule on one replica's run."""
+def status(run, budget, chance=None):
+  """target / diverged / flat / learning / chance: the plateau rule on one replica's run;
+  `chance` marks a replica the rule reads as learning whose best validation accuracy never
+  rose CHANCE_BAND above the task's chance accuracy (still learning for the budget rule)."""
   if run.stop_reason == "early_stop":
     return "target"
   if run.stop_reason == "diverged":
     return "diverged"
+  return curve_status([(step, va) for step, _, va, _, _ in run.evals], budget, chance)
+
+
+def curve_status(curve, budget, chance=None):
+  """flat / learning / chance of a replica that ran its budget: `curve` its [(step,
+  validation accuracy)] (a record's replicas carry it)."""
   cut = budget * (1 - PLATEAU_WINDOW)
-  before = [va for step, _, va, _, _ in run.evals if step <= cut]
-  after = [va for step, _, va, _, _ in run.evals if step > cut]
+  before = [va for step, va in curve if step <= cut]
+  after = [va for step, va in curve if step > cut]
   if before and after and max(after) - max(before) < PLATEAU_TOLERANCE:
     return "flat"
+  if chance is not None and curve and max(va for _, va in curve) <= chance + CHANCE_BAND:
+    return "chance"
   return "learning"
 
 
@@ -103,7 +119,8 @@ class Unit:
     return [math.nan if r is None else float(r.final()[key]) for r in self.runs()]
 
   def plateau(self):
-    return ["missing" if r is None else status(r, self.budget) for r in self.runs()]
+    chance = self.result.chance
+    return ["missing" if r is None else status(r, self.budget, chance) for r in self.runs()]
 
   def steps_to(self, accuracy):
     """Per seed: the first evaluated step with validation accuracy >= `accuracy`; never (or
@@ -183,7 +200,7 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
     if selected is not None and later:
       results.append(train(config, sweep.grid(later[0][0], (selected[0],), (selected[1],))))
     unit = Unit(arm.name, point, arm.rung, results, tuple(seeds), selected, budget, history, 0.0)
-    learning = selected is not None and any(s == "learning" for s in unit.plateau())
+    learning = selected is not None and any(s in GROWING for s in unit.plateau())
     if not learning or budget >= cap:
       unit.seconds = time.perf_counter() - start
       return unit

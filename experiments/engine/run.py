@@ -187,9 +187,56 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
   return result
 
 
-def record(result, experiment, results_dir=registry.RESULTS):
+def _statuses(unit, seeds):
+  """Per seed, the plateau status of a recorded unit's selected replica, by today's rule."""
+  chosen = unit["selected"] or {}
+  by_seed = {r["seed"]: r for r in unit["replicas"]
+             if (r["learning_rate"], r["weight_decay"]) == tuple(chosen.values())}  # fmt: skip
+  out = []
+  for seed in seeds:
+    r = by_seed.get(seed)
+    if r is None:
+      out.append("missing")
+    elif r["stop_reason"] in ("early_stop", "diverged"):
+      out.append("target" if r["stop_reason"] == "early_stop" else "diverged")
+    else:
+      curve = [tuple(point) for point in r["val_accuracy_by_step"]]
+      out.append(policy.curve_status(curve, unit["budget"], unit["chance"]))
+  return out
+
+
+def rejudge(result, experiment, registry_path=registry.REGISTRY):
+  """`result` (a record) judged again from its own measurements by today's judge and plateau
+  rule, nothing retrained; DesignError unless it is the registered design's latest version.
+  The record keeps its run's commit and date and gains `rejudged` (the judge's commit)."""
+  entry = registry.entry(experiment, result["size"], registry_path)
+  if (entry["version"], entry["hash"]) != (result["version"], result["hash"]):
+    raise declare.DesignError(f"{experiment.name} {result['size']}: the record is version "
+                              f"{result['version']}, the registered design version "
+                              f"{entry['version']}: rerun it instead")  # fmt: skip
+  seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
+  plateau, budget = {}, {}
+  for unit in result["units"]:
+    plateau.setdefault(unit["arm"], {})[unit["point"]] = _statuses(unit, seeds)
+    budget.setdefault(unit["arm"], {})[unit["point"]] = unit["budget"]
+  points = experiment.points(result["size"])
+  trained = {judge.label(p): judge.label(experiment.trained_at(p)) for p in points}
+  measured = judge.Measured(result["metrics"], plateau, budget, tuple(entry["exploratory"]),
+                            tuple(entry["confirmatory"]), points, trained)  # fmt: skip
+  judged = judge.judge(experiment, measured)
+  verdicts = judge.claims(experiment, judged)
+  out = dict(result, criteria=[j.as_json() for j in judged], rejudged=commit())
+  out["claims"] = {n: {"text": claims_lib.claim(n).text, "verdict": v} for n, v in verdicts.items()}
+  for unit in out["units"]:
+    unit["plateau"] = plateau[unit["arm"]][unit["point"]]
+  if experiment.label is not None:
+    out["labels"] = experiment.label(out)
+  return out
+
+
+def record(result, experiment, results_dir=registry.RESULTS, note=""):
   """Files `result` as the record of its size: results/<name>/<size>.json, the figure, the
-  page, and a line in the log."""
+  page, and a line in the log (`note`: what it says instead of the run, e.g. a re-judging)."""
   if result["exploratory_only"]:
     raise declare.DesignError("record: an exploratory run is sizing, never a record")
   folder = os.path.join(results_dir, experiment.name)
@@ -202,6 +249,7 @@ def record(result, experiment, results_dir=registry.RESULTS):
   with open(os.path.join(folder, "README.md"), "w") as f:
     f.write(page.render(experiment, folder))
   verdicts = ", ".join(f"{n} {c['verdict']}" for n, c in result["claims"].items())
-  registry.log_line(experiment.name, f"{result['date']}: {result['size']} version "
-                    f"{result['version']} run at {result['commit']} on seeds "
-                    f"{result['seeds']['confirmatory']}: {verdicts}", results_dir)  # fmt: skip
+  what = note or f"run at {result['commit']} on seeds {result['seeds']['confirmatory']}"
+  when = datetime.date.today().isoformat() if note else result["date"]
+  registry.log_line(experiment.name, f"{when}: {result['size']} version {result['version']} "
+                    f"{what}: {verdicts}", results_dir)  # fmt: skip

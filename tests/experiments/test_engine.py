@@ -116,6 +116,37 @@ def test_an_arm_still_learning_at_its_cap_leaves_the_criterion_unresolved():
   assert j["recalls"].verdict == stats.UNRESOLVED and "still learning" in j["recalls"].why
 
 
+def test_an_arm_at_chance_has_finished_only_where_the_reading_expects_it_to_fail():
+  """`weak` never rose above chance (policy status `chance`): reading "weak <= 0.3" (it must
+  fail) it has finished, so the criterion reads SUPPORTED; read as the falsification case of
+  "strong >= 0.9" (which must reject it) it has finished too; reading "weak >= 0.9" (it must
+  succeed) it is still learning, UNRESOLVED."""
+  at_chance = {"weak": ["chance"] * 6}
+  values = {"adjusted": {"strong": GOOD, "other": GOOD, "weak": CHANCE}}
+  blind = Case(values=(0.0,), why="an arm that sees no other position recalls at chance")
+  fails = _recalls(name="fails", arm="weak", compare="<=", threshold=0.3, positive=blind,
+                   falsification=Case(arm="strong"))  # fmt: skip
+  succeeds = _recalls(name="succeeds", arm="weak", positive=Case(arm="strong"),
+                      falsification=Case(values=(0.0,), why="chance"))  # fmt: skip
+  e = _experiment(fails, succeeds, _recalls())
+  j = _by_name(judge.judge(e, _measured(values, at_chance)))
+  assert j["fails"].verdict == stats.SUPPORTED, j["fails"].why
+  assert j["recalls"].verdict == stats.SUPPORTED and j["recalls"].falsification.verdict == (
+    stats.REFUTED)  # fmt: skip
+  assert j["succeeds"].confirmatory.verdict == stats.UNRESOLVED
+  assert "weak still learning" in j["succeeds"].confirmatory.note
+
+
+def test_the_plateau_rule_marks_a_replica_that_never_left_chance():
+  budget, chance = 1000, 0.2
+  noisy = [(s, chance + (0.03 if s == 900 else 0.0)) for s in range(100, 1001, 100)]
+  rising = [(s, chance + s / 5000) for s in range(100, 1001, 100)]
+  assert policy.curve_status(noisy, budget, chance) == "chance"
+  assert policy.curve_status(noisy, budget) == "learning"  # no chance known
+  assert policy.curve_status(rising, budget, chance) == "learning"  # 0.4 at the end
+  assert policy.curve_status([(s, 0.5) for s in range(100, 1001, 100)], budget, chance) == "flat"
+
+
 def test_an_extension_cannot_change_a_claims_verdict():
   ext = _recalls(name="ext", tests="extension", arm="other", positive=Case(arm="strong"))
   e = _experiment(_recalls(), ext)

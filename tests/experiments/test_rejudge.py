@@ -1,0 +1,41 @@
+"""Re-judging a record from its own measurements (experiments/engine/run.py `rejudge`)."""
+
+import copy
+import os
+
+import pytest
+
+from experiments.engine import catalog, declare, records, registry, run
+
+CACHE = catalog.load("cache")
+RECORD = records.read(os.path.join(registry.RESULTS, "cache", "quick.json"))
+
+
+def test_a_record_judged_again_by_the_same_rules_reads_the_same():
+  again = run.rejudge(copy.deepcopy(RECORD), CACHE)
+  assert again["claims"] == RECORD["claims"]
+  assert [c["verdict"] for c in again["criteria"]] == [c["verdict"] for c in RECORD["criteria"]]
+  assert again["commit"] == RECORD["commit"] and again["rejudged"]
+  assert again["metrics"] == RECORD["metrics"]  # nothing measured again
+
+
+def test_a_replica_that_never_left_chance_is_marked_by_todays_rule():
+  """A replica the plateau rule reads as learning (up 0.04 at its last evaluation) whose curve
+  stays within the band above chance is re-read as `chance`, for every seed."""
+  record = copy.deepcopy(RECORD)
+  unit = record["units"][0]
+  chosen = tuple(unit["selected"].values())
+  for r in unit["replicas"]:
+    if (r["learning_rate"], r["weight_decay"]) == chosen:
+      r["stop_reason"] = "completed"
+      steps = range(100, unit["budget"] + 1, 100)
+      r["val_accuracy_by_step"] = [[s, unit["chance"] + (0.04 if s == steps[-1] else 0.0)]
+                                   for s in steps]  # fmt: skip
+  again = run.rejudge(record, CACHE)
+  assert again["units"][0]["plateau"] == ["chance"] * len(unit["plateau"])
+
+
+def test_a_record_of_an_older_version_is_refused(tmp_path):
+  record = dict(RECORD, version=RECORD["version"] + 1)
+  with pytest.raises(declare.DesignError, match="rerun it instead"):
+    run.rejudge(record, CACHE)
