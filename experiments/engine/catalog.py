@@ -15,6 +15,7 @@ DECLARED = {
   "skips": "experiments.s8_skips",
   "positions": "experiments.s8_positions",
   "beyond": "experiments.s9_beyond",
+  "scorecard": "experiments.s9_scorecard",
 }
 # Declarations that teach (docs/protocol.md): loadable by name, never run by the main job
 EXAMPLES = {"window_recall": "experiments.examples.window_recall"}

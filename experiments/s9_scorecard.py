@@ -1,0 +1,245 @@
+"""The scorecard on the recall sweep: every built-in mixer on fixed_memory's hard end.
+
+Section 1 finds a fixed state's recall falling as the pairs grow, where attention over the
+history holds (claims 1.1, 1.2). The successors of the LSTM (jaxformer.mixers) keep a fixed
+state too; the papers that built them order them on MQAR. Every built-in mixer trains in the
+transformer's block (the `custom` rung: only the mixer differs) on fixed_memory's hard
+mixture (V = 256, L = 64, P in 2, 4, 8, 16, imported from experiments/s1_fixed_memory.py so
+the two stay pinned) and is read at each P (jaxformer/analysis/recall.py). Each fixed-state
+mixer trains at two states: the smallest value of its STATE_SWEEPS field and the largest at
+most 4x that. Decode-state bytes of one sequence at L = 64, D = 64, 2 layers (float32):
+
+  softmax (reference) 65,536 (grows with L)   mamba2 state 4 / 16        7,360 / 20,224
+  sliding_window 4/16  4,096 / 16,384         deltanet head_dim 4 / 16   1,664 / 12,800
+  linear head_dim      160 / 2,176            gated_deltanet 4 / 16      1,664 / 12,800
+  gated head_dim       2,048 / 9,728          based feature_dim 2 / 8    11,888 / 46,736
+  hybrid window        37,376 / 49,664        h3 state 2 / 8             3,584 / 9,728
+  retnet, gla head_dim 512 / 8,192            (at D = 32: linear, retnet, gla, delta alike)
+
+The published orderings, each an extension (no article claim: they carry 1.1 and 1.2 to the
+successors; the engine has no field naming the claim an extension extends), read as paired
+intervals over seeds of adjusted recall (0: the guess 1/P) against ORDERED = 0.1:
+  delta rule    deltanet_4 and gated_deltanet_4 above linear_16 and retnet_16, which hold no
+                less state (2,176 and 8,192 B against 1,664), at the most pairs (Yang et al.
+                2024, MQAR)
+  mamba2        mamba2_16 above mamba2_4 at the most pairs (Dao and Gu 2024, MQAR)
+  gap grows     each fixed-state arm's gap to attention, adjusted(softmax) - adjusted(arm),
+                larger at the most pairs than at the fewest (`gap_growth`, per seed, computed
+                in `measure`; Zoology, Arora et al. 2023, Fig. 2; Based, Arora et al. 2024)
+  gap shrinks   at the most pairs, each family's large state minus its small (the same
+                figures; Mamba-2's is its ordering above)
+Positive cases: attention in place of the better arm (accepted where the worse has room
+below it); for gap growth, the 4-token window, whose recall falls with P by where MQAR puts
+a query (the share of queries whose pair lies within 4 tokens: 0.28 at P = 2, 0 at P = 16 at
+full; 0.45 to 0.11 at quick; the test computes it). Falsification cases: the same difference
+at the fewest pairs, where both recall; for gap growth, attention's gap to itself (0 at
+every P: a gap that does not grow). The gap criteria leave the windows out. Each
+ordering is guarded by the control that attention recalls (adjusted >= 0.9) at each P it
+reads: below it the ordering is INCONCLUSIVE.
+
+  python -m experiments.engine run scorecard --size quick   # estimated 10-15 min on 2 cores
+  python -m experiments.engine run scorecard --size full    # estimated 6.3-8.8 hours on 2 cores
+
+Full: 23 arms, each 1 exploratory seed at 2 rates then 5 confirmatory seeds of 3,000 steps at
+D = 64, L = 64, batch 64: on 2 cores 4 replicas' time per arm. A train step of the chunked
+mixers costs 1.6-2.5x attention's (measured here under load at batch 64: deltanet 2.1x,
+mamba2 2.5x, based 1.8x, h3 1.6x; the others taken at 1.1-1.6x): ~38 attention replicas per
+replica set, ~150 replica-times of 2.5-3.5 minutes, 6.3-8.8 hours (less where replicas reach
+the target early; reading each P adds minutes). Quick: V = 32, L = 16, P in 2, 3, 4,
+D = 32, 800 steps, 3 seeds at one rate (a smoke of two arms under load: attention at its
+target in 17 s, linear_4 flat at chance in 20 s); there the 16-token window sees the whole
+sequence. Neither is sized yet: the sizing runs set the steps, the width (D = 32 where
+attention holds there) and each arm's rate (Size.arm_rates).
+"""
+
+import json
+
+import jax
+import numpy as np
+
+from experiments import s1_fixed_memory as fixed_memory
+from experiments.engine import figures
+from experiments.engine.declare import Arm, Axis, Case, Criterion, Experiment, Metric, Size
+from jaxformer import mixers
+from jaxformer.analysis import cost, recall
+
+REF = mixers.REFERENCE
+
+
+def _two(values):
+  """The smallest value of a state sweep and the largest at most 4x it."""
+  return values[0], max(v for v in values if v <= 4 * values[0])
+
+
+STATES = {family: (field, _two(values)) for family, (field, values) in mixers.STATE_SWEEPS.items()}
+SMALL = {family: f"{family}_{v[0]}" for family, (_, v) in STATES.items()}
+LARGE = {family: f"{family}_{v[1]}" for family, (_, v) in STATES.items()}
+
+
+def _arm(family, value=None):
+  spec, fields = mixers.BUILTINS[family]
+  name, note = family, spec.split(":")[1]
+  if value is not None:
+    field = STATES[family][0]
+    name, fields, note = f"{family}_{value}", {**fields, field: value}, f"{note}, {field} {value}"
+  model = {"mixer": spec, "mixer_fields": json.dumps(fields, sort_keys=True)}
+  return Arm(name, "custom", model, note)
+
+
+ARMS = (_arm(REF), *(_arm(f, v) for f, (_, values) in STATES.items() for v in values))
+WINDOW = "sliding_window"  # its small state: the positive case of the gap growth
+DELTA, COMPARED = ("deltanet", "gated_deltanet"), ("linear", "retnet")
+
+METRICS = (
+  Metric("gap_growth", -4.0, 4.0, note="per seed, the arm's gap to attention (adjusted(softmax)"
+         " - adjusted(arm)) at the most pairs minus at the fewest: > 0 when the gap grows with P"),
+  Metric("state_bytes", 0.0, np.inf, note="decode-state bytes of one sequence at the task's "
+         "length (jaxformer.analysis.cost; the same for every seed)"),
+)  # fmt: skip
+
+RECALLS, ORDERED = 0.9, 0.1  # attention recalls; an ordering's least difference
+FIRST, LAST = "reference_recalls_first", "reference_recalls_last"
+
+
+def _ordering(name, says, arm, against):
+  """arm - against at the most pairs; positive: attention in place of `arm`."""
+  return Criterion(name, "extension", says, metric="adjusted", statistic="difference", arm=arm,
+                   against=against, at="last", threshold=ORDERED, positive=Case(arm=REF),
+                   falsification=Case(at="first", why="the fewest pairs: both recall"),
+                   guarded_by=(LAST,))  # fmt: skip
+
+
+def _criteria():
+  out = [
+    Criterion(FIRST, "control", "attention recalls at the fewest pairs", metric="adjusted",
+              arm=REF, at="first", threshold=RECALLS),
+    Criterion(LAST, "control", "attention recalls at the most pairs", metric="adjusted",
+              arm=REF, at="last", threshold=RECALLS),
+  ]  # fmt: skip
+  for delta in DELTA:
+    for other in COMPARED:
+      a, b = SMALL[delta], LARGE[other]
+      says = f"the delta rule ({a}) recalls more than {b} (no less state) at the most pairs"
+      out.append(_ordering(f"{delta}_over_{other}", f"{says} (Yang et al. 2024)", a, b))
+  large, small = LARGE["mamba2"], SMALL["mamba2"]
+  says = f"Mamba-2's larger state ({large}) recalls more than its smaller ({small})"
+  out.append(_ordering("mamba2_state_helps", f"{says} at the most pairs (Dao and Gu 2024)",
+                       large, small))  # fmt: skip
+  window = Case(arm=SMALL[WINDOW], why="a query sees its pair only within 4 tokens")
+  itself = Case(arm=REF, why="attention's own gap: 0 at every P")
+  for arm in (a.name for a in ARMS[1:] if not a.name.startswith(WINDOW)):
+    says = f"{arm}'s gap to attention grows from the fewest pairs to the most (Zoology; Based)"
+    out.append(Criterion(f"{arm}_gap_grows", "extension", says, metric="gap_growth", arm=arm,
+                         threshold=ORDERED, positive=window, falsification=itself,
+                         guarded_by=(FIRST, LAST)))  # fmt: skip
+  for family in STATES:
+    if family not in (WINDOW, "mamba2"):  # mamba2's reading is mamba2_state_helps
+      large, small = LARGE[family], SMALL[family]
+      says = f"{family}'s gap to attention at the most pairs shrinks from {small} to {large}"
+      out.append(_ordering(f"{family}_gap_shrinks", f"{says} (Zoology; Based)", large, small))
+  return tuple(out)
+
+
+HARD = fixed_memory.SIZES["full"]
+SIZES = {
+  "tiny": Size(
+    task={"mix": {"vocab_size": 16, "seq_len": 16}, "num_examples": 64, "num_test_examples": 32},
+    model={"d_model": 8, "num_layers": 1, "d_ff": 16}, steps=2, step_cap=2,
+    learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=2, batch_size=8,
+    eval_every=2, warmup_steps=1, points={"mix": (2, 4)}, extra={"eval_examples": 16},
+  ),
+  "quick": Size(
+    task={"mix": {"vocab_size": 32, "seq_len": 16}, "num_examples": 20_000,
+          "num_test_examples": 512}, model={"d_model": 32, "num_layers": 2}, steps=800,
+    step_cap=800, learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=2,
+    batch_size=32, eval_every=100, warmup_steps=30, points={"mix": (2, 3, 4)},
+    extra={"eval_examples": 256},
+  ),
+  "full": Size(
+    task={"hard": HARD.task["hard"], "num_examples": HARD.task["num_examples"],
+          "num_test_examples": HARD.task["num_test_examples"]}, model=dict(HARD.model),
+    steps=3000, step_cap=3000, learning_rates=(1e-3, 3e-3), exploratory_seeds=(100,),
+    confirmatory=5, batch_size=HARD.batch_size, eval_every=HARD.eval_every,
+    points={"hard": HARD.points["hard"]}, extra=dict(HARD.extra),
+  ),
+}  # fmt: skip
+
+task = fixed_memory.task  # the mixture of a setting ("hard"), or its reading at one P
+
+
+def measure(trained, size):
+  """Per arm, at each P of the size's one setting: accuracy and adjusted recall on that P's
+  own held-out set; the gap growth (its gap to attention at the most pairs minus at the
+  fewest, per seed); the decode-state bytes at the task's length."""
+  ((setting, pairs),) = size.points.items()
+  out = {"accuracy": {}, "adjusted": {}, "gap_growth": {}, "state_bytes": {}}
+  for arm in dict.fromkeys(a for a, _ in trained.units):
+    unit = trained.unit(arm, setting)
+    stacked = jax.tree.map(lambda *x: np.stack(x), *unit.params())
+    by_p = recall.by_pairs(unit.model(), stacked, lambda p: task(size, f"{setting}:{p}"), pairs)
+    for p, v in by_p.items():
+      out["accuracy"].setdefault(arm, {})[f"{setting}:{p}"] = list(v)
+      out["adjusted"].setdefault(arm, {})[f"{setting}:{p}"] = list((v - 1 / p) / (1 - 1 / p))
+    state = cost.decode_state_bytes(unit.model(), size.task[setting]["seq_len"])
+    out["state_bytes"][arm] = {None: [float(state)] * len(trained.seeds)}
+  first, last = f"{setting}:{pairs[0]}", f"{setting}:{pairs[-1]}"
+  ref = {p: np.asarray(out["adjusted"][REF][p]) for p in (first, last)}
+  for arm, by_p in out["adjusted"].items():  # gap = adjusted(softmax) - adjusted(arm)
+    gap = {p: ref[p] - np.asarray(by_p[p]) for p in (first, last)}
+    out["gap_growth"][arm] = {None: list(gap[last] - gap[first])}
+  return out
+
+
+def _mean(result, metric, arm, point):
+  return float(np.mean(result["metrics"][metric][arm][point]))
+
+
+def figure(result, path):
+  """Per P: adjusted recall against decode-state bytes, one curve per mixer (Based, Fig. 2);
+  and adjusted recall against P per arm (mean over every seed)."""
+  adjusted = result["metrics"]["adjusted"]
+  points = [p for p in adjusted[REF] if ":" in p]
+  rows = len(points) // 3 + 1
+  fig = figures.new(cols=3, rows=rows)
+  families = [REF, *STATES]
+  for k, point in enumerate(points):
+    ax = fig.add_subplot(rows, 3, k + 1)
+    for i, family in enumerate(families):
+      arms = [a for a in adjusted if a == family or a.rsplit("_", 1)[0] == family]
+      xs = [_mean(result, "state_bytes", a, "*") for a in arms]
+      ax.plot(xs, [_mean(result, "adjusted", a, point) for a in arms], color=f"C{i % 10}",
+              marker="s" if family == REF else "o", linestyle="-" if i < 10 else "--",
+              label=family)  # fmt: skip
+    ax.axhline(0, color="gray", linewidth=0.8)
+    ax.set(xscale="log", xlabel="decode-state bytes", ylabel="adjusted recall (0: chance 1/P)",
+           title=f"P = {point.split(':')[1]}", ylim=(-0.1, 1.05))  # fmt: skip
+  ax.legend(fontsize=6)
+  ax = fig.add_subplot(rows, 3, len(points) + 1)
+  xs = [int(p.split(":")[1]) for p in points]
+  for i, arm in enumerate(adjusted):
+    ax.plot(xs, [_mean(result, "adjusted", arm, p) for p in points], "o-", linewidth=0.8,
+            color=f"C{i % 10}", alpha=1.0 if arm == REF else 0.6, label=arm)  # fmt: skip
+  ax.set(xscale="log", xlabel="P (pairs)", ylabel="adjusted recall", title="recall along P",
+         ylim=(-0.1, 1.05))  # fmt: skip
+  ax.set_xticks(xs, [str(x) for x in xs], minor=False)
+  ax.minorticks_off()
+  ax.legend(fontsize=5, ncol=2)
+  figures.save(fig, path)
+
+
+EXPERIMENT = Experiment(
+  name="scorecard",
+  section=9,
+  claims=(),
+  summary="Every built-in mixer of jaxformer.mixers (each fixed-state one at two state sizes) in "
+  "the transformer's block, on fixed_memory's hard mixed-P MQAR read at each P: the published "
+  "orderings of the Transformer's successors, extensions of claims 1.1 and 1.2.",
+  arms=ARMS,
+  metrics=METRICS,
+  criteria=_criteria(),
+  sizes=SIZES,
+  task=task,
+  axis=Axis("P", mixed=True, note="MQAR pairs; one model per arm trains on their mixture"),
+  measure=measure,
+  figure=figure,
+)
