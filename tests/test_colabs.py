@@ -9,6 +9,7 @@ values the notebook computed, and checks them: a notebook that silently does not
 import ast
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -357,3 +358,9 @@ def test_executes(name, data_dir):
   assert len(lines) == 1, nb.cells[-1].outputs
   value = json.loads(lines[0][len(MARK) :])
   assert check(value), value
+  # each cell that renders verdicts of record from results/ shows every claim it names
+  for cell in nb.cells:
+    if "verdicts.markdown(" in cell.source:
+      shown = "".join(o.get("data", {}).get("text/markdown", "") for o in cell.outputs)
+      numbers = re.findall(r'"(\d+\.\d+)"', cell.source)
+      assert numbers and all(f"- **{n}**" in shown for n in numbers), (cell.source, shown)
