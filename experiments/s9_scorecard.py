@@ -19,9 +19,8 @@ most 4x that. Decode-state bytes of one sequence at L = 64, D = 64, 2 layers (fl
 The published orderings, each an extension (no article claim: they carry 1.1 and 1.2 to the
 successors; the engine has no field naming the claim an extension extends), read as paired
 intervals over seeds of adjusted recall (0: the guess 1/P) against ORDERED = 0.1:
-  delta rule    deltanet_4 and gated_deltanet_4 above linear_16 and retnet_16, which hold no
-                less state (2,176 and 8,192 B against 1,664), at the most pairs (Yang et al.
-                2024, MQAR)
+  delta rule    deltanet_4 and gated_deltanet_4 above linear_16 and retnet_16, which hold no less
+                state (2,176 and 8,192 B against 1,664), at the most pairs (Yang et al. 2024, MQAR)
   mamba2        mamba2_16 above mamba2_4 at the most pairs (Dao and Gu 2024, MQAR)
   gap grows     each fixed-state arm's gap to attention, adjusted(softmax) - adjusted(arm),
                 larger at the most pairs than at the fewest (`gap_growth`, per seed, computed
@@ -39,6 +38,8 @@ reads: below it the ordering is INCONCLUSIVE.
 
   python -m experiments.engine run scorecard --size quick   # estimated 10-15 min on 2 cores
   python -m experiments.engine run scorecard --size full    # estimated 6.3-8.8 hours on 2 cores
+  python -m experiments.engine run scorecard --size quick --mixer path/to/mine.py:Mine \
+    --mixer_fields '{"num_heads": 2}'  # yours as one more arm (it must decode), never recorded
 
 Full: 23 arms, each 1 exploratory seed at 2 rates then 5 confirmatory seeds of 3,000 steps at
 D = 64, L = 64, batch 64: on 2 cores 4 replicas' time per arm. A train step of the chunked
@@ -52,6 +53,7 @@ sequence. Neither is sized yet: the sizing runs set the steps, the width (D = 32
 attention holds there) and each arm's rate (Size.arm_rates).
 """
 
+import dataclasses
 import json
 
 import jax
@@ -66,12 +68,8 @@ from jaxformer.analysis import cost, recall
 REF = mixers.REFERENCE
 
 
-def _two(values):
-  """The smallest value of a state sweep and the largest at most 4x it."""
-  return values[0], max(v for v in values if v <= 4 * values[0])
-
-
-STATES = {family: (field, _two(values)) for family, (field, values) in mixers.STATE_SWEEPS.items()}
+STATES = {family: (field, (v[0], max(x for x in v if x <= 4 * v[0])))  # the least, <= 4x it
+          for family, (field, v) in mixers.STATE_SWEEPS.items()}  # fmt: skip
 SMALL = {family: f"{family}_{v[0]}" for family, (_, v) in STATES.items()}
 LARGE = {family: f"{family}_{v[1]}" for family, (_, v) in STATES.items()}
 
@@ -110,12 +108,9 @@ def _ordering(name, says, arm, against):
 
 
 def _criteria():
-  out = [
-    Criterion(FIRST, "control", "attention recalls at the fewest pairs", metric="adjusted",
-              arm=REF, at="first", threshold=RECALLS),
-    Criterion(LAST, "control", "attention recalls at the most pairs", metric="adjusted",
-              arm=REF, at="last", threshold=RECALLS),
-  ]  # fmt: skip
+  out = [Criterion(name, "control", f"attention recalls at the {n} pairs", metric="adjusted",
+                   arm=REF, at=at, threshold=RECALLS)
+         for name, at, n in ((FIRST, "first", "fewest"), (LAST, "last", "most"))]  # fmt: skip
   for delta in DELTA:
     for other in COMPARED:
       a, b = SMALL[delta], LARGE[other]
@@ -156,8 +151,8 @@ SIZES = {
     extra={"eval_examples": 256},
   ),
   "full": Size(
-    task={"hard": HARD.task["hard"], "num_examples": HARD.task["num_examples"],
-          "num_test_examples": HARD.task["num_test_examples"]}, model=dict(HARD.model),
+    task={k: HARD.task[k] for k in ("hard", "num_examples", "num_test_examples")},
+    model=dict(HARD.model),
     steps=3000, step_cap=3000, learning_rates=(1e-3, 3e-3), exploratory_seeds=(100,),
     confirmatory=5, batch_size=HARD.batch_size, eval_every=HARD.eval_every,
     points={"hard": HARD.points["hard"]}, extra=dict(HARD.extra),
@@ -201,7 +196,7 @@ def figure(result, path):
   points = [p for p in adjusted[REF] if ":" in p]
   rows = len(points) // 3 + 1
   fig = figures.new(cols=3, rows=rows)
-  families = [REF, *STATES]
+  families = [REF, *STATES, *(a for a in adjusted if a not in {x.name for x in ARMS})]
   for k, point in enumerate(points):
     ax = fig.add_subplot(rows, 3, k + 1)
     for i, family in enumerate(families):
@@ -243,3 +238,13 @@ EXPERIMENT = Experiment(
   measure=measure,
   figure=figure,
 )
+
+
+def with_mixer(spec, fields=None, name="user"):
+  """EXPERIMENT and one more arm, `name`: the mixer `spec` (one that decodes) built with
+  `fields`, read by the built-ins' gap criterion. No registered design: explore, never record."""
+  model = {"mixer": spec, "mixer_fields": json.dumps(fields or {}, sort_keys=True)}
+  c = EXPERIMENT.criterion(f"{LARGE['linear']}_gap_grows")  # the built-ins' cases and guards
+  gap = dataclasses.replace(c, name=f"{name}_gap_grows", arm=name, says=c.says.replace(c.arm, name))
+  arms = (*EXPERIMENT.arms, Arm(name, "custom", model, f"{spec.rpartition(':')[2]} (yours)"))
+  return dataclasses.replace(EXPERIMENT, arms=arms, criteria=(*EXPERIMENT.criteria, gap))

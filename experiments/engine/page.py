@@ -176,8 +176,9 @@ def claims_rows(results_dir):
 
 
 def extensions_rows(results_dir):
+  """Every declared experiment's extensions (the scorecard has nothing else), in order."""
   rows = []
-  for name in dict.fromkeys(c.experiment for c in claims_lib.CLAIMS):
+  for name in dict.fromkeys([*(c.experiment for c in claims_lib.CLAIMS), *catalog.DECLARED]):
     result = of_record(records.in_folder(os.path.join(results_dir, name)))
     for c in (result or {}).get("criteria", []):
       if c["tests"] == "extension":

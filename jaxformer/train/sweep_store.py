@@ -35,6 +35,8 @@ import tempfile
 import jax
 import numpy as np
 
+from jaxformer.mixers import plug
+
 FORMAT = 1
 _PARAMS = "params.npz"
 _CONTINUATION = "continuation.npz"
@@ -90,6 +92,9 @@ def key(config, replicas, datasets, keep_params=True):
     "backend": jax.default_backend(),
     "devices": jax.device_count(),
   }
+  mixer = config.get("model", {}).get("mixer")
+  if mixer:  # a user's mixer: its code is not the library's, so its file's hash keys the sweep
+    identity["mixer_sha256"] = plug.source(mixer)["sha256"]
   text = json.dumps(identity, sort_keys=True, default=repr)
   return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -279,3 +279,13 @@ def test_arm_rates_name_an_arm_and_hold_learning_rates(rates, match):
   e = dataclasses.replace(_experiment(_recalls()), sizes={"tiny": _size(arm_rates=rates)})
   with pytest.raises(declare.DesignError, match=match):
     declare.validate(e)
+
+
+def test_an_experiment_no_claim_names_still_lists_its_extensions(tmp_path):
+  """The scorecard tests only extensions: its rows reach the README's extensions table."""
+  ordering = {"tests": "extension", "statement": "the delta rule recalls more", "why": "",
+              "verdict": "SUPPORTED"}  # fmt: skip
+  record = {"size": "full", "version": 2, "criteria": [ordering, dict(ordering, tests="control")]}
+  records.write(record, str(tmp_path / "scorecard" / "full.json"))
+  rows = page.extensions_rows(str(tmp_path))
+  assert rows == [["scorecard", "the delta rule recalls more", "**SUPPORTED**", "full v2"]]

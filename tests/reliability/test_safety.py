@@ -72,9 +72,8 @@ def unsafe_calls(source, filename="<snippet>"):
 
 # Calls that import or run code named at run time. Each is allowed where it is audited: plug.py
 # loads a mixer spec the user named (a workdir's spec only with trust_code and its recorded
-# sha256, jaxformer/train/workdir.py); run_all.py imports experiments.NAME for a NAME checked
-# against its own table first, and the engine's catalog the module its table names (or a
-# Python caller's stand-in, never a command line's).
+# sha256, jaxformer/train/workdir.py); the engine's catalog imports the module its table
+# names (or a Python caller's stand-in, never a command line's).
 CODE_LOADERS = {
   "import_module",
   "__import__",
@@ -88,7 +87,6 @@ CODE_LOADERS = {
 ALLOWED_LOADERS = {
   "jaxformer/mixers/plug.py": ["exec_module", "import_module", "module_from_spec"]
   + ["spec_from_file_location"],
-  "experiments/run_all.py": ["import_module"],
   "experiments/engine/catalog.py": ["import_module"],
 }
 

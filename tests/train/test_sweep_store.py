@@ -129,3 +129,15 @@ def test_the_fingerprint_leaves_out_probes_and_training_never_imports_them(tmp_p
       assert not any(n.startswith("jaxformer.analysis") for n in names), path
       if isinstance(node, ast.ImportFrom) and node.module == "jaxformer":
         assert not {a.name for a in node.names} & set(sweep_store.NOT_TRAINING), path
+
+
+def test_a_users_mixer_file_keys_the_sweep_by_its_contents(tmp_path):
+  """A custom rung names its mixer by path; an edited file is another sweep, not a stale one."""
+  path = tmp_path / "mine.py"
+  path.write_text("class Mine:\n  pass\n")
+  config = _config()
+  with config.model.unlocked():
+    config.model.mixer = f"{path}:Mine"
+  first = _key(config)
+  path.write_text("class Mine:\n  scale = 2.0\n")
+  assert _key(config) != first and _key(config) == _key(config)
