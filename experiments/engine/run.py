@@ -33,13 +33,15 @@ class Trained:
 
 
 def commit():
-  """HEAD's short hash, "-dirty" when the tree has changes ("unknown" outside git)."""
+  """HEAD's short hash, "-dirty" when the code has changes ("unknown" outside git); records
+  under results/ are not code (a run filed before the next one leaves it clean)."""
   try:
     git = ["git", "-C", harness.REPO_ROOT]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()  # fmt: skip
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)results"], capture_output=True, text=True,
+                           check=True).stdout.strip()  # fmt: skip
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
   return head + ("-dirty" if dirty else "")
