@@ -227,7 +227,14 @@ def rejudge(result, experiment, registry_path=registry.REGISTRY):
                             tuple(entry["confirmatory"]), points, trained)  # fmt: skip
   judged = judge.judge(experiment, measured)
   verdicts = judge.claims(experiment, judged)
-  out = dict(result, criteria=[j.as_json() for j in judged], rejudged=commit())
+  # a record read back has its points in sorted order ("hard:16" before "hard:2"): the label
+  # and the figure read them in the declaration's
+  order = [judge.label(p) for p in dict.fromkeys((*experiment.trained_points(result["size"]),
+                                                  *points))]  # fmt: skip
+  rank = {k: i for i, k in enumerate(order)}
+  metrics = {m: {a: dict(sorted(by_point.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+                 for a, by_point in arms.items()} for m, arms in result["metrics"].items()}  # fmt: skip
+  out = dict(result, metrics=metrics, criteria=[j.as_json() for j in judged], rejudged=commit())
   out["claims"] = {n: {"text": claims_lib.claim(n).text, "verdict": v} for n, v in verdicts.items()}
   for unit in out["units"]:
     unit["plateau"] = plateau[unit["arm"]][unit["point"]]
