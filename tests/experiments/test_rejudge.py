@@ -39,3 +39,16 @@ def test_a_record_of_an_older_version_is_refused(tmp_path):
   record = dict(RECORD, version=RECORD["version"] + 1)
   with pytest.raises(declare.DesignError, match="rerun it instead"):
     run.rejudge(record, CACHE)
+
+
+def test_a_record_read_back_is_labelled_along_the_declarations_points():
+  """JSON sorts a record's points ("hard:16" before "hard:2"); re-judged, the failure labels
+  and the figure read them in the declaration's order."""
+  fixed_memory = catalog.load("fixed_memory")
+  again = run.rejudge(records.read(os.path.join(registry.RESULTS, "fixed_memory", "full.json")),
+                      fixed_memory)  # fmt: skip
+  hard = [p for p in again["metrics"]["adjusted"]["attention"] if p.startswith("hard:")]
+  assert hard == ["hard:2", "hard:4", "hard:8", "hard:16"]
+  assert (
+    "(P=2: " in again["labels"]["rnn_128 @ hard"] and "P=16: " in again["labels"]["rnn_128 @ hard"]
+  )
