@@ -49,16 +49,17 @@ def status(run, budget, chance=None):
   """target / diverged / flat / learning / chance: the plateau rule on one replica's run;
   `chance` marks a replica the rule reads as learning whose best validation accuracy never
   rose CHANCE_BAND above the task's chance accuracy (still learning for the budget rule)."""
-  if run.stop_reason == "early_stop":
+  return curve_status(run.stop_reason, [(step, va) for step, _, va, _, _ in run.evals], budget,
+                      chance)  # fmt: skip
+
+
+def curve_status(stop_reason, curve, budget, chance=None):
+  """`status` from a replica's stop reason and `curve`, its [(step, validation accuracy)] (a
+  record's replicas carry both)."""
+  if stop_reason == "early_stop":
     return "target"
-  if run.stop_reason == "diverged":
+  if stop_reason == "diverged":
     return "diverged"
-  return curve_status([(step, va) for step, _, va, _, _ in run.evals], budget, chance)
-
-
-def curve_status(curve, budget, chance=None):
-  """flat / learning / chance of a replica that ran its budget: `curve` its [(step,
-  validation accuracy)] (a record's replicas carry it)."""
   cut = budget * (1 - PLATEAU_WINDOW)
   before = [va for step, va in curve if step <= cut]
   after = [va for step, va in curve if step > cut]

@@ -97,6 +97,12 @@ def measure(experiment, size_name, units, entry):
   seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
   if experiment.measure is not None:
     _merge(metrics, experiment.measure(Trained(units, seeds), size))
+  return _measured(experiment, size_name, metrics, plateau, budget, entry)
+
+
+def _measured(experiment, size_name, metrics, plateau, budget, entry):
+  """The judge's Measured: the readings, the registered seeds, the size's axis points and the
+  unit each point is read from."""
   points = experiment.points(size_name)
   trained = {judge.label(p): judge.label(experiment.trained_at(p)) for p in points}
   return judge.Measured(metrics, plateau, budget, tuple(entry["exploratory"]),
@@ -199,11 +205,9 @@ def _statuses(unit, seeds):
     r = by_seed.get(seed)
     if r is None:
       out.append("missing")
-    elif r["stop_reason"] in ("early_stop", "diverged"):
-      out.append("target" if r["stop_reason"] == "early_stop" else "diverged")
     else:
       curve = [tuple(point) for point in r["val_accuracy_by_step"]]
-      out.append(policy.curve_status(curve, unit["budget"], unit["chance"]))
+      out.append(policy.curve_status(r["stop_reason"], curve, unit["budget"], unit["chance"]))
   return out
 
 
@@ -221,10 +225,8 @@ def rejudge(result, experiment, registry_path=registry.REGISTRY):
   for unit in result["units"]:
     plateau.setdefault(unit["arm"], {})[unit["point"]] = _statuses(unit, seeds)
     budget.setdefault(unit["arm"], {})[unit["point"]] = unit["budget"]
-  points = experiment.points(result["size"])
-  trained = {judge.label(p): judge.label(experiment.trained_at(p)) for p in points}
-  measured = judge.Measured(result["metrics"], plateau, budget, tuple(entry["exploratory"]),
-                            tuple(entry["confirmatory"]), points, trained)  # fmt: skip
+  measured = _measured(experiment, result["size"], result["metrics"], plateau, budget, entry)
+  points = measured.points
   judged = judge.judge(experiment, measured)
   verdicts = judge.claims(experiment, judged)
   # a record read back has its points in sorted order ("hard:16" before "hard:2"): the label

@@ -141,10 +141,13 @@ def test_the_plateau_rule_marks_a_replica_that_never_left_chance():
   budget, chance = 1000, 0.2
   noisy = [(s, chance + (0.03 if s == 900 else 0.0)) for s in range(100, 1001, 100)]
   rising = [(s, chance + s / 5000) for s in range(100, 1001, 100)]
-  assert policy.curve_status(noisy, budget, chance) == "chance"
-  assert policy.curve_status(noisy, budget) == "learning"  # no chance known
-  assert policy.curve_status(rising, budget, chance) == "learning"  # 0.4 at the end
-  assert policy.curve_status([(s, 0.5) for s in range(100, 1001, 100)], budget, chance) == "flat"
+  assert policy.curve_status("completed", noisy, budget, chance) == "chance"
+  assert policy.curve_status("completed", noisy, budget) == "learning"  # no chance known
+  assert policy.curve_status("completed", rising, budget, chance) == "learning"  # 0.4 at the end
+  assert (
+    policy.curve_status("completed", [(s, 0.5) for s in range(100, 1001, 100)], budget, chance)
+    == "flat"
+  )
 
 
 def test_an_extension_cannot_change_a_claims_verdict():
