@@ -137,9 +137,17 @@ SIZES = {
   "tiny": _size(_tasks(16, 8, 2, 64, 32), 8, steps=4, step_cap=4, learning_rates=(1e-2,),
                 exploratory_seeds=(100,), confirmatory=2, batch_size=8, eval_every=2,
                 warmup_steps=1, extra={"widths": WIDTHS[:2]}),
+  # v2: each unit starts at the budget v1 grew it to (no retraining from step 0), and the
+  # units no criterion reads train briefly: full (its cost alone), stateless (it sees no
+  # other position), matrix_sum on induction (the extension reads MQAR)
   "quick": _size(_tasks(32, 16, 4, 20_000, 1024), 32, steps=600, step_cap=2400,
                  learning_rates=(5e-3,), exploratory_seeds=(100,), confirmatory=3,
-                 arm_steps={"full": (400, 800)}, extra={"widths": WIDTHS}),
+                 confirm_only=True, arm_steps={"full": (200, 200), "stateless": (300, 300),
+                            "matrix_sum @ induction": (300, 300),
+                            "diagonal @ mqar": (2400, 2400),
+                            "diagonal @ induction": (2400, 2400),
+                            "wide_sum @ induction": (2400, 2400)},
+                 extra={"widths": WIDTHS}),
   "full": _size(_tasks(64, 16, 4, 40_000, 4096), 32, steps=800, step_cap=6400,
                 learning_rates=(3e-3, 1e-2), exploratory_seeds=(100,), confirmatory=5,
                 eval_every=100, warmup_steps=100, arm_steps={"full": (400, 800)},

@@ -86,7 +86,8 @@ SIZES = {
   "quick": Size(
     task=TASK | {"num_examples": 20_000, "num_test_examples": 512}, model=MODEL, steps=1000,
     step_cap=2000, learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3,
-    arm_steps={"r2": (2000, 2000), "r1": (2000, 2000)}, extra={"decode_batch": 8},
+    confirm_only=True, arm_steps={"r2": (2000, 2000), "r1": (2000, 2000)},
+    extra={"decode_batch": 8},
   ),
   "full": Size(
     task=TASK | {"num_examples": 40_000, "num_test_examples": 2048}, model=MODEL, steps=1500,

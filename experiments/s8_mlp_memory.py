@@ -135,7 +135,7 @@ SIZES = {
   "quick": _size(
     (16,), 16, task={"num_examples": 20_000, "num_test_examples": 2048}, steps=1500,
     step_cap=3000, learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=5,
-    eval_every=25, early_stop_accuracy=0.95, arm_steps={"blind": (500, 1000)},
+    confirm_only=True, eval_every=25, early_stop_accuracy=0.95, arm_steps={"blind": (500, 1000)},
     extra={"probe": 1024, "top": 16},
   ),
   "full": _size(

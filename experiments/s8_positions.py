@@ -104,7 +104,7 @@ SIZES = {
   "quick": _size(
     {"seq_len": 16, "copy_len": 6, "num_examples": 20_000, "num_test_examples": 1024}, 32,
     steps=400, step_cap=800, learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=3,
-    extra={"probe_examples": 64},
+    confirm_only=True, extra={"probe_examples": 64},
   ),
   "full": _size(
     {"seq_len": 24, "copy_len": 10, "num_examples": 40_000, "num_test_examples": 2048}, 32,

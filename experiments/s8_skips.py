@@ -89,9 +89,11 @@ SIZES = {
     step_cap=4, learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=2, batch_size=8,
     eval_every=2, warmup_steps=1,
   ),
+  # v2: one budget for every arm, never grown: 2,500 steps, 12.5x the 200 steps the residual
+  # stacks took in v1 (v1 grew plain_4, read by no criterion, to 6,000)
   "quick": _size(
-    {"num_examples": 20_000, "num_test_examples": 512}, 32, steps=3000, step_cap=6000,
-    learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3,
+    {"num_examples": 20_000, "num_test_examples": 512}, 32, steps=2500, step_cap=2500,
+    learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3, confirm_only=True,
   ),
   "full": _size(
     {"num_examples": 20_000, "num_test_examples": 2048}, 32, steps=4000, step_cap=16_000,

@@ -145,6 +145,14 @@ class Size:
   # size trains each arm at the rate its sizing run selected)
   arm_rates: Mapping = dataclasses.field(default_factory=dict)
   extra: Mapping = dataclasses.field(default_factory=dict)  # the measure's own settings
+  # a confirmatory run trains the confirmatory seeds alone (every arm's grid must be one
+  # point: the exploratory seeds select nothing there; they train in the sizing run)
+  confirm_only: bool = False
+
+  def rates(self, arm):
+    """The arm's learning-rate grid here: its arm_rates entry, else the arm's own grid, else
+    the size's."""
+    return tuple(self.arm_rates.get(arm.name) or arm.learning_rates or self.learning_rates)
 
   def schedule(self):
     """The training-config fields of every arm at this size (the first budget)."""
@@ -330,6 +338,12 @@ def validate(experiment):
       raise DesignError(f"{e.name}.sizes: {size_name!r} is not one of {SIZES}")
     if size.step_cap < size.steps:
       raise DesignError(f"{e.name}.sizes[{size_name}].step_cap: below steps ({size.steps})")
+    if size.confirm_only:
+      for arm in e.arms:
+        points = len(size.rates(arm)) * len(size.weight_decays)
+        if points != 1:
+          raise DesignError(f"{e.name}.sizes[{size_name}].confirm_only: {arm.name}'s grid "
+                            f"has {points} points (the exploratory seeds select among them)")
     for key, (first, cap) in size.arm_steps.items():
       name, _, point = key.partition(" @ ")
       e.arm(name)

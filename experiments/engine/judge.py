@@ -21,6 +21,8 @@ exploratory and which confirmatory). In order:
      its falsification case is not REFUTED (cannot reject)  INCONCLUSIVE
      its confirmatory reading is UNRESOLVED                 UNRESOLVED
      exploratory and confirmatory readings are opposite     UNRESOLVED
+       (a size with `confirm_only` reads no exploratory seed: its grid is one point, so they
+       train in its sizing run alone)
      otherwise                                              the confirmatory reading
    The one rule for reading controls: a control is met when its confirmatory reading is
    SUPPORTED at the arm's final budget, finished learning or not (a floor that is reached
@@ -232,6 +234,9 @@ def judge(experiment, measured):
     e = experiment
     confirm = reading(e, c, measured, plateau=not is_control)
     explore = reading(e, c, measured, group="exploratory", plateau=not is_control)
+    if not measured.exploratory:  # a confirm_only size: they trained in its sizing run
+      explore = dataclasses.replace(explore, note="the exploratory seeds train in the sizing "
+                                    "run alone (confirm_only)")  # fmt: skip
     positive = None if c.positive is None else reading(e, c, measured, c.positive)
     falsified = None if c.falsification is None else reading(
       e, c, measured, c.falsification, rejects=True)  # fmt: skip

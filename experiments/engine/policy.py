@@ -10,7 +10,9 @@ re-judges every verdict of record):
              mean final validation accuracy over the exploratory seeds (ties: the lower
              validation loss); a point where a seed diverged is not eligible. The
              confirmatory seeds never inform a decision. Where the grid is one point there is
-             nothing to select, and every seed trains in the one program.
+             nothing to select, and every seed trains in the one program; a size with
+             `confirm_only` trains its confirmatory seeds alone there (its exploratory seeds
+             train in the sizing run).
   plateau    A replica has finished learning when it reached the size's early-stop
              accuracy, diverged, or its best validation accuracy over the last half of its
              budget beat its best over the first half by less than PLATEAU_TOLERANCE. One
@@ -165,16 +167,15 @@ def unit_config(arm, task, size, budget):
 
 
 def rates(size, arm):
-  """The arm's learning-rate grid at the size: the size's arm_rates entry, else the arm's own
-  grid, else the size's."""
-  return tuple(size.arm_rates.get(arm.name) or arm.learning_rates or size.learning_rates)
+  """The arm's learning-rate grid at the size (declare.Size.rates)."""
+  return size.rates(arm)
 
 
 def stages(size, arm, seeds):
   """The replica grids of a unit's two stages, [(seeds, rates, weight decays)]: the
   exploratory seeds at every grid point, then the confirmatory seeds (at the selected point,
   left None). A one-point grid has nothing to select: every seed trains in the first stage."""
-  explore = tuple(size.exploratory_seeds)
+  explore = tuple(s for s in seeds if s in size.exploratory_seeds)
   confirm = tuple(s for s in seeds if s not in explore)
   grid = (rates(size, arm), tuple(size.weight_decays))
   if len(grid[0]) * len(grid[1]) == 1:
@@ -184,8 +185,10 @@ def stages(size, arm, seeds):
 
 def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
   """Trains one unit under the three rules; returns a Unit. `seeds`: exploratory first."""
-  explore = tuple(size.exploratory_seeds)
   (first_seeds, *grid), *later = stages(size, arm, seeds)
+  # the seeds that select: the exploratory ones; where none trains (a confirmatory run of a
+  # one-point grid under `confirm_only`) there is one point to take, read on every seed
+  explore = tuple(s for s in seeds if s in size.exploratory_seeds) or first_seeds
   first, cap = budgets(size, arm, point)
   stage_one = sweep.grid(first_seeds, *grid)
   budget, history, start = first, [], time.perf_counter()

@@ -58,6 +58,15 @@ def engine_metrics(unit, size):
   }
 
 
+def read_seeds(experiment, size_name, entry):
+  """(exploratory, confirmatory): the seeds a run of the registered `entry` trains and reads.
+  A size with `confirm_only` trains its confirmatory seeds alone: its grid is one point, so
+  the exploratory seeds select nothing; they train in its sizing run."""
+  if experiment.sizes[size_name].confirm_only:
+    return (), tuple(entry["confirmatory"])
+  return tuple(entry["exploratory"]), tuple(entry["confirmatory"])
+
+
 def _merge(into, more):
   for metric, by_arm in more.items():
     for arm, by_point in by_arm.items():
@@ -94,7 +103,7 @@ def measure(experiment, size_name, units, entry):
     _merge(metrics, {m: {arm: {key: v}} for m, v in engine_metrics(unit, size).items()})
     plateau.setdefault(arm, {})[key] = unit.plateau()
     budget.setdefault(arm, {})[key] = unit.budget
-  seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
+  seeds = tuple(dict.fromkeys(sum(read_seeds(experiment, size_name, entry), ())))
   if experiment.measure is not None:
     _merge(metrics, experiment.measure(Trained(units, seeds), size))
   return _measured(experiment, size_name, metrics, plateau, budget, entry)
@@ -105,8 +114,8 @@ def _measured(experiment, size_name, metrics, plateau, budget, entry):
   unit each point is read from."""
   points = experiment.points(size_name)
   trained = {judge.label(p): judge.label(experiment.trained_at(p)) for p in points}
-  return judge.Measured(metrics, plateau, budget, tuple(entry["exploratory"]),
-                        tuple(entry["confirmatory"]), points, trained)  # fmt: skip
+  return judge.Measured(metrics, plateau, budget, *read_seeds(experiment, size_name, entry),
+                        points, trained)  # fmt: skip
 
 
 def _unit_json(unit):
@@ -158,7 +167,7 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
   else:
     entry = registry.entry(experiment, size_name, registry_path)
   start = time.time()
-  seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
+  seeds = tuple(dict.fromkeys(sum(read_seeds(experiment, size_name, entry), ())))
   units = train(experiment, size_name, seeds, workdir, log, progress)
   measured = measure(experiment, size_name, units, entry)
   judged = judge.judge(experiment, measured)
@@ -220,7 +229,7 @@ def rejudge(result, experiment, registry_path=registry.REGISTRY):
     raise declare.DesignError(f"{experiment.name} {result['size']}: the record is version "
                               f"{result['version']}, the registered design version "
                               f"{entry['version']}: rerun it instead")  # fmt: skip
-  seeds = tuple(dict.fromkeys((*entry["exploratory"], *entry["confirmatory"])))
+  seeds = tuple(dict.fromkeys(sum(read_seeds(experiment, result["size"], entry), ())))
   plateau, budget = {}, {}
   for unit in result["units"]:
     plateau.setdefault(unit["arm"], {})[unit["point"]] = _statuses(unit, seeds)

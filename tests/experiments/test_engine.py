@@ -292,3 +292,35 @@ def test_an_experiment_no_claim_names_still_lists_its_extensions(tmp_path):
   records.write(record, str(tmp_path / "scorecard" / "full.json"))
   rows = page.extensions_rows(str(tmp_path))
   assert rows == [["scorecard", "the delta rule recalls more", "**SUPPORTED**", "full v2"]]
+
+
+def test_confirm_only_needs_a_one_point_grid_for_every_arm():
+  e = _experiment(_recalls())
+  ok = dataclasses.replace(e, sizes={"tiny": _size(confirm_only=True)})
+  assert declare.validate(ok) is ok
+  two = dataclasses.replace(e, sizes={"tiny": _size(confirm_only=True,
+                                                    arm_rates={"weak": (1e-3, 3e-3)})})  # fmt: skip
+  with pytest.raises(declare.DesignError, match=r"confirm_only: weak's grid has 2 points"):
+    declare.validate(two)
+
+
+def test_a_confirm_only_run_trains_and_reads_the_confirmatory_seeds_alone(tmp_path):
+  """normalization's tiny size with confirm_only, end to end in a scratch registry: no unit
+  trains the exploratory seed, the judge reads no exploratory seed (and says why), and the
+  record re-judged reads the same verdicts."""
+  from experiments import s6_normalization
+  from experiments.engine import run
+  from tests.experiments import scratch
+
+  base = s6_normalization.EXPERIMENT
+  tiny = dataclasses.replace(base.sizes["tiny"], confirm_only=True)
+  e = dataclasses.replace(base, sizes={"tiny": tiny})
+  entry, result, _ = scratch.run_tiny(e, tmp_path)
+  assert run.read_seeds(e, "tiny", entry) == ((), tuple(entry["confirmatory"]))
+  assert run.read_seeds(base, "tiny", entry)[0] == tuple(entry["exploratory"])
+  for unit in result["units"]:
+    assert [r["seed"] for r in unit["replicas"]] == entry["confirmatory"], unit["arm"]
+  for c in result["criteria"]:
+    assert c["exploratory"]["values"] == [] and "sizing run" in c["exploratory"]["note"]
+  again = run.rejudge(result, e, registry_path=str(tmp_path / "registry.json"))
+  assert [c["verdict"] for c in again["criteria"]] == [c["verdict"] for c in result["criteria"]]

@@ -56,11 +56,18 @@ def test_every_claim_criterion_reads_trained_arms_in_both_directions():
   assert trains.falsification.arm == m.PLAIN_DEEP
 
 
+# the most steps a residual stack took to reach 0.9 in each size's sizing runs
+# (results/skips/log.md): 150-200 at quick, about 300 in the full draft's
+RESIDUAL_STEPS = {"quick": 200, "full": 300}
+
+
 @pytest.mark.parametrize("size", ["quick", "full"])
 def test_a_flat_plain_stack_reads_a_ratio_the_threshold_can_judge(size):
-  # a stack that never reaches 0.9 reads its budget: at least 10x the residual's ~300 steps
+  # a stack that never reaches 0.9 reads its first budget (every arm's: none has its own),
+  # which must put the censored ratio above the extension's threshold, not on it
   s = E.sizes[size]
-  assert s.steps >= 10 * 300 and s.step_cap >= 2 * s.steps
+  (slower,) = [c for c in E.criteria if c.name == "plain_slower_deep"]
+  assert s.steps / RESIDUAL_STEPS[size] > slower.threshold
 
 
 def test_the_tiny_size_runs_end_to_end(tmp_path):
