@@ -5,6 +5,8 @@ import gzip
 import json
 import os
 
+import numpy as np
+
 
 def write(result, path):
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -24,3 +26,17 @@ def in_folder(folder):
   """{file name: result} of every record (*.json) in `folder`, sorted by name."""
   paths = sorted(glob.glob(os.path.join(folder, "*.json")))
   return {os.path.basename(p): read(p) for p in paths}
+
+
+def confirmatory(record, values):
+  """The confirmatory seeds' values of one of `record`'s per-seed lists, as an array. A run
+  lists its exploratory seeds first, then its confirmatory ones; a confirm_only run read its
+  confirmatory seeds alone. A list of neither length (not per seed) comes back whole."""
+  seeds = record["seeds"]
+  if len(values) == len(seeds["confirmatory"]):
+    return np.asarray(values, dtype=float)
+  everyone = list(dict.fromkeys([*seeds["exploratory"], *seeds["confirmatory"]]))
+  if len(values) != len(everyone):
+    return np.asarray(values, dtype=float)
+  keep = set(seeds["confirmatory"])
+  return np.asarray([v for s, v in zip(everyone, values, strict=True) if s in keep], dtype=float)

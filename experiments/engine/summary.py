@@ -90,11 +90,7 @@ def deciding(record, number, experiment):
 
 def _seeds(record, values):
   """The confirmatory seeds' values of a per-seed list (all of them if it is not one)."""
-  seeds = list(dict.fromkeys([*record["seeds"]["exploratory"], *record["seeds"]["confirmatory"]]))
-  if len(values) != len(seeds):
-    return np.asarray(values, dtype=float)
-  keep = set(record["seeds"]["confirmatory"])
-  return np.asarray([v for s, v in zip(seeds, values, strict=True) if s in keep], dtype=float)
+  return records.confirmatory(record, values)
 
 
 def _roles(c):

@@ -324,3 +324,11 @@ def test_a_confirm_only_run_trains_and_reads_the_confirmatory_seeds_alone(tmp_pa
     assert c["exploratory"]["values"] == [] and "sizing run" in c["exploratory"]["note"]
   again = run.rejudge(result, e, registry_path=str(tmp_path / "registry.json"))
   assert [c["verdict"] for c in again["criteria"]] == [c["verdict"] for c in result["criteria"]]
+
+
+def test_a_records_confirmatory_values_come_from_either_seed_order():
+  record = {"seeds": {"exploratory": [100], "confirmatory": [7, 8, 9]}}
+  assert records.confirmatory(record, [0.1, 0.7, 0.8, 0.9]).tolist() == [0.7, 0.8, 0.9]
+  # a confirm_only run read its confirmatory seeds alone
+  assert records.confirmatory(record, [0.7, 0.8, 0.9]).tolist() == [0.7, 0.8, 0.9]
+  assert records.confirmatory(record, [0.5]).tolist() == [0.5]  # not a per-seed list
