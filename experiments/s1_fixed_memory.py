@@ -32,7 +32,7 @@ sizing runs: results/fixed_memory/log.md).
 import jax
 import numpy as np
 
-from experiments.engine import figures, records
+from experiments.engine import figures
 from experiments.engine.declare import Arm, Axis, Case, Criterion, Experiment, Metric, Size, spec
 from jaxformer.analysis import recall
 
@@ -154,8 +154,10 @@ def label(result):
   the cap; holds when it recalls >= 0.9 at the setting's most pairs; capacity when it falls by
   >= 0.3 from the fewest pairs to the most and, in its family (FAMILIES), the largest state
   recalls more than the smallest at the most pairs by >= 0.1; else unclear."""
-  adjusted = result["metrics"]["adjusted"]
-  mean = {a: {p: float(np.mean(records.confirmatory(result, v))) for p, v in by_p.items()}
+  adjusted, seeds = result["metrics"]["adjusted"], result["seeds"]
+  everyone = list(dict.fromkeys([*seeds["exploratory"], *seeds["confirmatory"]]))
+  keep = [i for i, s in enumerate(everyone) if s in seeds["confirmatory"]]
+  mean = {a: {p: float(np.mean([v[i] for i in keep])) for p, v in by_p.items()}
           for a, by_p in adjusted.items()}  # fmt: skip
   learning = {(u["arm"], u["point"]) for u in result["units"] if "learning" in u["plateau"]}
   settings = dict.fromkeys(p.split(":")[0] for p in adjusted["attention"] if ":" in p)

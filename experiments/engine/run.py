@@ -187,7 +187,10 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
     "scale": page.scale(experiment, size_name),
     "claims": {n: {"text": claims_lib.claim(n).text, "verdict": v} for n, v in verdicts.items()},
     "criteria": [j.as_json() for j in judged],
-    "seeds": {"exploratory": entry["exploratory"], "confirmatory": entry["confirmatory"]},
+    # the seeds the per-seed lists hold, in order (a confirm_only run reads no exploratory
+    # seed: it trained in the sizing run; the registry keeps which)
+    "seeds": dict(zip(("exploratory", "confirmatory"),
+                      map(list, read_seeds(experiment, size_name, entry)), strict=True)),
     "tasks": {
       judge.label(p): experiment.task(size, p)
       for p in dict.fromkeys((*experiment.trained_points(size_name), *experiment.points(size_name)))

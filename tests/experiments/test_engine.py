@@ -318,6 +318,8 @@ def test_a_confirm_only_run_trains_and_reads_the_confirmatory_seeds_alone(tmp_pa
   entry, result, _ = scratch.run_tiny(e, tmp_path)
   assert run.read_seeds(e, "tiny", entry) == ((), tuple(entry["confirmatory"]))
   assert run.read_seeds(base, "tiny", entry)[0] == tuple(entry["exploratory"])
+  # the record names the seeds its per-seed lists hold
+  assert result["seeds"] == {"exploratory": [], "confirmatory": entry["confirmatory"]}
   for unit in result["units"]:
     assert [r["seed"] for r in unit["replicas"]] == entry["confirmatory"], unit["arm"]
   for c in result["criteria"]:
