@@ -15,7 +15,7 @@ and Based report fixed states failing.
   linear_8, _32     linear attention (elu + 1), one head of rank r: a state of r (r + 1)
                     floats per layer
 
-  python -m experiments.engine run fixed_memory --size quick    # ~5 minutes on 2 CPU cores
+  python -m experiments.engine run fixed_memory --size quick    # ~5 minutes on one CPU core
   python -m experiments.engine run fixed_memory --size full     # ~6 hours on 2 CPU cores
 
 Quick replicates the design small: an easy mixture (V = 16, L = 16, P 2-4) and a hard one

@@ -18,7 +18,7 @@ Each arm trains one model on MQAR with a mixture of pair counts P, read at each 
 weights (jaxformer/analysis/receivers.py; source_only's is 0 by construction, asserted) and the
 first mixer's centred neighbour contrast (jaxformer/analysis/similarity.py).
 
-  python -m experiments.engine run symmetry --size quick    # 2-3 minutes on 2 CPU cores
+  python -m experiments.engine run symmetry --size quick    # ~2 minutes on one CPU core
   python -m experiments.engine run symmetry --size full     # 15-40 minutes (estimated)
 
 Expected: matrix_sum recalls at every P and on induction (3.5), stateless at neither (3.4).

@@ -25,7 +25,7 @@ keep a key's code and a value's in different coordinates: nothing must move), an
 induction (`... A B ... A` -> B over one set of ids: the position of B must hold A's code apart
 from its own, so a layer must write a code into other coordinates).
 
-  python -m experiments.engine run param_explosion --size quick    # ~5-10 minutes, 2 busy cores
+  python -m experiments.engine run param_explosion --size quick    # ~3.5 minutes on one CPU core
   python -m experiments.engine run param_explosion --size full     # under 45 minutes
 
 Expected: the counts follow the closed forms (4.1); the diagonal recalls MQAR as the sum does

@@ -14,7 +14,7 @@ norm, on MQAR with 8 pairs:
   r2         r = 2                          D/32
   r1         r = 1                          one number per key: too few to tell 63 keys apart
 
-  python -m experiments.engine run cache --size quick    # ~3 minutes on 2 shared CPU cores
+  python -m experiments.engine run cache --size quick    # ~1.5 minutes on one CPU core
   python -m experiments.engine run cache --size full     # ~20 minutes on 2 CPU cores (est.)
 
 Every arm first sits on MQAR's floor (raw accuracy ~0.13) before recall takes off; full rank

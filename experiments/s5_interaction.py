@@ -12,7 +12,7 @@ norm, the softmax over the sources, data, budget; each at its selected learning 
   lowrank    (Wq x_L) . (Wk x_i)              A = Wq^T Wk, rank K = D
   stateless  lowrank with W_iL = 0, i != L    no other position: recall is impossible
 
-  python -m experiments.engine run interaction --size quick    # ~2 minutes on 2 CPU cores
+  python -m experiments.engine run interaction --size quick    # ~1 minute on one CPU core
   python -m experiments.engine run interaction --size full     # ~40 minutes on 2 CPU cores
 
 Expected: the pure forms recall and the additive form stays near chance (5.1); whether tanh

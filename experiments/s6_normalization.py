@@ -22,7 +22,7 @@ recall circuit needs (the pairs', the first 2P positions) are trained. A sinusoi
 would hand every arm full-size vectors it never saw; no table would make the raw sum fail by
 construction (a value cannot tell its own key from the earlier ones without positions).
 
-  python -m experiments.engine run normalization --size quick    # ~2 minutes on 2 CPU cores
+  python -m experiments.engine run normalization --size quick    # ~20 seconds on one CPU core
   python -m experiments.engine run normalization --size full     # ~20 minutes on 2 CPU cores
 
 Expected: the softmax holds and the window falls by about half; whether the raw sum loses

@@ -11,7 +11,7 @@ pre-norm + final norm, one head of scorer rank D, on MQAR; the value rank r_v al
   heads4                4 heads of rank 16 (scorer and values): the same parameters and the
                         same value cache as rv64, split four ways
 
-  python -m experiments.engine run heads --size quick    # ~1-2 minutes on 2 CPU cores
+  python -m experiments.engine run heads --size quick    # ~40 seconds on one CPU core
   python -m experiments.engine run heads --size full     # estimated ~30 minutes on 2 CPU cores
 
 Claim 7.2 is read at r_v = D/8, stated as "well below D" before any run: its recall is

@@ -35,7 +35,7 @@ zeroing another unit, trained minus init. Whether units beat random directions o
 pre-activations is an extension: any such direction is itself a mixture of keys, so it asks
 for a privileged unit basis, which 8.2 does not claim (the old text run refuted it).
 
-  python -m experiments.engine run mlp_memory --size quick    # ~2-3 minutes on 2 CPU cores
+  python -m experiments.engine run mlp_memory --size quick    # ~1 minute on one CPU core
   python -m experiments.engine run mlp_memory --size full     # ~15-40 minutes (estimated)
 
 Expected (sizing, seeds 100 and stand-ins 200-202 at quick): w2 at 0.9 in 350-450 steps,

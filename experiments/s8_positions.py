@@ -16,7 +16,7 @@ the mask alone:
                        answer is the next input token, one position away)
   self                 no table, each receiver sees its own token only: fails by construction
 
-  python -m experiments.engine run positions --size quick    # ~1 minute on 2 CPU cores
+  python -m experiments.engine run positions --size quick    # ~40 seconds on one CPU core
   python -m experiments.engine run positions --size full     # ~25 minutes on 2 CPU cores
 
 Claim 8.4 is scoped by its mask: the encoder without positions fails to copy, and the same

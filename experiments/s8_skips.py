@@ -15,7 +15,7 @@ budget, each at its selected learning rate). One more arm fails by construction:
 residual stack that sees only its own position (`blind`), the case the slowdown criterion
 must accept. The engine's axes vary the task, not the model, so each depth is its own arm.
 
-  python -m experiments.engine run skips --size quick    # ~3-5 minutes on 2 CPU cores
+  python -m experiments.engine run skips --size quick    # ~3.5 minutes on one CPU core
   python -m experiments.engine run skips --size full     # ~30 minutes on 2 CPU cores
 
 The claim is read on recall at the plateau: at 8 blocks the residual stack recalls and the

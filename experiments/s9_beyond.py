@@ -14,7 +14,7 @@ seed and untouched by training, so a bootstrap over seeds would read one number 
 CHECKS states it and tests/experiments/test_s9_beyond.py decides it on the real kernels, each
 with a kernel it must accept and one it must reject; the figure plots it.
 
-  python -m experiments.engine run beyond --size quick    # ~1 minute on 2 CPU cores
+  python -m experiments.engine run beyond --size quick    # ~20 seconds on one CPU core
   python -m experiments.engine run beyond --size full     # estimated 15-30 minutes on 2 CPU cores
 
 Expected: the window recalls at every distance up to 8 and is at chance beyond it, where full
