@@ -342,8 +342,10 @@ def validate(experiment):
       for arm in e.arms:
         points = len(size.rates(arm)) * len(size.weight_decays)
         if points != 1:
-          raise DesignError(f"{e.name}.sizes[{size_name}].confirm_only: {arm.name}'s grid "
-                            f"has {points} points (the exploratory seeds select among them)")
+          raise DesignError(
+            f"{e.name}.sizes[{size_name}].confirm_only: {arm.name}'s grid "
+            f"has {points} points (the exploratory seeds select among them)"
+          )
     for key, (first, cap) in size.arm_steps.items():
       name, _, point = key.partition(" @ ")
       e.arm(name)

@@ -189,8 +189,13 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
     "criteria": [j.as_json() for j in judged],
     # the seeds the per-seed lists hold, in order (a confirm_only run reads no exploratory
     # seed: it trained in the sizing run; the registry keeps which)
-    "seeds": dict(zip(("exploratory", "confirmatory"),
-                      map(list, read_seeds(experiment, size_name, entry)), strict=True)),
+    "seeds": dict(
+      zip(
+        ("exploratory", "confirmatory"),
+        map(list, read_seeds(experiment, size_name, entry)),
+        strict=True,
+      )
+    ),
     "tasks": {
       judge.label(p): experiment.task(size, p)
       for p in dict.fromkeys((*experiment.trained_points(size_name), *experiment.points(size_name)))
