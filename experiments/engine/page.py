@@ -235,7 +235,9 @@ def screen(quick, results_dir, width=100):
     found = records.in_folder(os.path.join(results_dir, claim.experiment))
     full = {k: v for k, v in found.items() if k.split(".")[0] in ("full", "accel")}
     record = of_record(full)
-    recorded = record["claims"][claim.number]["verdict"] if record else "pending"
+    # a check or untested claim shares its experiment's page but has no verdict in its record
+    in_record = record and claim.number in record["claims"]
+    recorded = record["claims"][claim.number]["verdict"] if in_record else "pending"
     run = quick.get(claim.experiment)
     reading = (
       run["claims"][claim.number]["verdict"] if run and claim.number in run["claims"] else "-"

@@ -252,6 +252,9 @@ def test_interval_and_every_seed_rules():
 def test_the_last_screen_pairs_each_claim_with_its_record(tmp_path):
   full = {"claims": {"5.1": {"verdict": "SUPPORTED"}, "5.2": {"verdict": "SUPPORTED"}}}
   records.write(full, str(tmp_path / "interaction" / "full.json"))
+  # normalization's record: claim 6.1 beside it is a check, never in the record's claims
+  records.write({"claims": {"6.2": {"verdict": "SUPPORTED"}}},
+                str(tmp_path / "normalization" / "full.json"))  # fmt: skip
   quick = {"interaction": {"claims": {"5.1": {"verdict": "SUPPORTED"},
                                       "5.2": {"verdict": "REFUTED"}}}}  # fmt: skip
   lines = {line.split()[0]: line for line in page.screen(quick, str(tmp_path))[1:]}
@@ -259,6 +262,7 @@ def test_the_last_screen_pairs_each_claim_with_its_record(tmp_path):
   assert lines["5.2"].endswith("DISAGREE")
   assert "pending" in lines["1.1"] and lines["1.1"].endswith("not run here")
   assert " check " in lines["6.1"]
+  assert "SUPPORTED     -" in lines["6.2"] and lines["6.2"].endswith("not run here")
   assert all(len(line) <= 100 for line in lines.values())
 
 
