@@ -150,7 +150,10 @@ SIZES = {
                  extra={"widths": WIDTHS}),
   "full": _size(_tasks(64, 16, 4, 40_000, 4096), 32, steps=800, step_cap=6400,
                 learning_rates=(3e-3, 1e-2), exploratory_seeds=(100,), confirmatory=5,
-                eval_every=100, warmup_steps=100, arm_steps={"full": (400, 800)},
+                eval_every=100, warmup_steps=100,
+                # the diagonal stayed flat on MQAR through an 800-step first budget (sizing run
+                # 1, results/param_explosion/log.md): it starts at 3,200 on both tasks
+                arm_steps={"full": (400, 800), "diagonal": (3200, 6400)},
                 extra={"widths": WIDTHS}),
 }  # fmt: skip
 
