@@ -29,12 +29,10 @@ def in_folder(folder):
 
 
 def confirmatory(record, values):
-  """The confirmatory seeds' values of one of `record`'s per-seed lists, as an array. A run
-  lists its exploratory seeds first, then its confirmatory ones; a confirm_only run read its
-  confirmatory seeds alone. A list of neither length (not per seed) comes back whole."""
+  """The confirmatory seeds' values of one of `record`'s per-seed lists, as an array: a record
+  names the seeds its lists hold, exploratory first (none for a confirm_only run). A list of
+  another length (not per seed) comes back whole."""
   seeds = record["seeds"]
-  if len(values) == len(seeds["confirmatory"]):
-    return np.asarray(values, dtype=float)
   everyone = list(dict.fromkeys([*seeds["exploratory"], *seeds["confirmatory"]]))
   if len(values) != len(everyone):
     return np.asarray(values, dtype=float)

@@ -67,6 +67,11 @@ def read_seeds(experiment, size_name, entry):
   return tuple(entry["exploratory"]), tuple(entry["confirmatory"])
 
 
+def seed_order(experiment, size_name, entry):
+  """The seeds of a run's per-seed lists, in order: read_seeds' exploratory, then confirmatory."""
+  return tuple(dict.fromkeys(sum(read_seeds(experiment, size_name, entry), ())))
+
+
 def _merge(into, more):
   for metric, by_arm in more.items():
     for arm, by_point in by_arm.items():
@@ -103,7 +108,7 @@ def measure(experiment, size_name, units, entry):
     _merge(metrics, {m: {arm: {key: v}} for m, v in engine_metrics(unit, size).items()})
     plateau.setdefault(arm, {})[key] = unit.plateau()
     budget.setdefault(arm, {})[key] = unit.budget
-  seeds = tuple(dict.fromkeys(sum(read_seeds(experiment, size_name, entry), ())))
+  seeds = seed_order(experiment, size_name, entry)
   if experiment.measure is not None:
     _merge(metrics, experiment.measure(Trained(units, seeds), size))
   return _measured(experiment, size_name, metrics, plateau, budget, entry)
@@ -167,7 +172,7 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
   else:
     entry = registry.entry(experiment, size_name, registry_path)
   start = time.time()
-  seeds = tuple(dict.fromkeys(sum(read_seeds(experiment, size_name, entry), ())))
+  seeds = seed_order(experiment, size_name, entry)
   units = train(experiment, size_name, seeds, workdir, log, progress)
   measured = measure(experiment, size_name, units, entry)
   judged = judge.judge(experiment, measured)
@@ -237,7 +242,7 @@ def rejudge(result, experiment, registry_path=registry.REGISTRY):
     raise declare.DesignError(f"{experiment.name} {result['size']}: the record is version "
                               f"{result['version']}, the registered design version "
                               f"{entry['version']}: rerun it instead")  # fmt: skip
-  seeds = tuple(dict.fromkeys(sum(read_seeds(experiment, result["size"], entry), ())))
+  seeds = seed_order(experiment, result["size"], entry)
   plateau, budget = {}, {}
   for unit in result["units"]:
     plateau.setdefault(unit["arm"], {})[unit["point"]] = _statuses(unit, seeds)

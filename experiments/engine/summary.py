@@ -88,11 +88,6 @@ def deciding(record, number, experiment):
   return (along or same or [None])[0]
 
 
-def _seeds(record, values):
-  """The confirmatory seeds' values of a per-seed list (all of them if it is not one)."""
-  return records.confirmatory(record, values)
-
-
 def _roles(c):
   """{arm: role} in drawing order: the criterion's arm, its against, its cases' arms."""
   roles = {c.arm: "strong"} | ({c.against: "weak"} if c.against else {})
@@ -111,7 +106,7 @@ def _reference(record, experiment, metric, arm, keys):
     return [1.0] * len(keys), "chance"
   untrained = record["metrics"].get(m.untrained, {}).get(arm, {})
   if m.untrained and all(k in untrained for k in keys):
-    return [np.nanmean(_seeds(record, untrained[k])) for k in keys], "untrained"
+    return [np.nanmean(records.confirmatory(record, untrained[k])) for k in keys], "untrained"
   return ([0.0] * len(keys), "zero") if m.low < 0 < m.high else None
 
 
@@ -156,7 +151,7 @@ def panel(ax, number, record, experiment):
   span = np.arange(len(points)) if points else np.array([-0.4, len(order) - 0.6])
   means = {}
   for arm in (a for a in order if all(k in metric[a] for k in keys)):
-    seeds = [_seeds(record, metric[arm][k]) for k in keys]
+    seeds = [records.confirmatory(record, metric[arm][k]) for k in keys]
     means[arm], style = np.array([np.nanmean(v) for v in seeds]), STYLE[roles[arm]]
     for x, v in zip(xs[arm], seeds, strict=True):
       ax.plot(np.full(v.shape, x), v, ".", color=style["color"], markersize=3, zorder=1)
@@ -167,7 +162,7 @@ def panel(ax, number, record, experiment):
               color=style["color"], zorder=style["zorder"])  # fmt: skip
   if c.statistic == "gain":  # the same networks untrained stand where `against` would
     untrained = record["metrics"][declare.metric(experiment, c.metric).untrained][c.arm]
-    base = np.array([np.nanmean(_seeds(record, untrained[k])) for k in keys])
+    base = np.array([np.nanmean(records.confirmatory(record, untrained[k])) for k in keys])
     ax.plot(xs[c.arm], base, "x-", label=f"{c.arm} untrained", **STYLE["weak"])
   else:
     base = means.get(c.against, np.full(len(keys), np.nan))
