@@ -1,9 +1,10 @@
 """python -m experiments.engine COMMAND NAME [--size SIZE] ...
 
-run NAME --size quick [--workdir runs/NAME_SIZE] [--record | --explore]
+run NAME --size quick [--workdir runs/NAME_SIZE] [--record | --explore] [--jobs 2]
     train, measure and judge the registered design; --record files the result under
     results/<name>/ (the record of that size) and regenerates the page; --explore trains the
-    exploratory seeds alone (sizing: unregistered, never recorded)
+    exploratory seeds alone (sizing: unregistered, never recorded); --jobs N trains the
+    units in N worker processes, each on its own cores, then reads them back
 run scorecard --size quick --mixer path/to/file.py:Class [--mixer_fields '{"k": 1}']
     your mixer beside every built-in: its contract first (jaxformer.mixers.plug.check), then
     the sweep with it as one more arm, explored (never a registered design, never recorded)
@@ -48,6 +49,8 @@ def _parser():
     action="store_true",
     help="the sizing run: exploratory seeds alone, unregistered, never recorded",
   )
+  r.add_argument("--jobs", type=int, default=1,
+                 help="worker processes that train the units, each on its own cores")  # fmt: skip
   r.add_argument("--mixer", help="scorecard: your mixer, 'package.module:Class' or 'file.py:Class'")
   r.add_argument("--mixer_fields", help="scorecard: your mixer's fields, a JSON object")
   g = sub.add_parser("register", help="register the declaration at a size as a new version")
@@ -161,7 +164,9 @@ def main(argv=None):
     else:
       default = _mixer_workdir(args) if user else os.path.join("runs", f"{args.name}_{args.size}")
       workdir = args.workdir or default
-      result = run.run(experiment, args.size, workdir, explore=args.explore or user)
+      if args.jobs < 1:
+        raise ValueError(f"--jobs={args.jobs}: must be at least 1")
+      result = run.run(experiment, args.size, workdir, explore=args.explore or user, jobs=args.jobs)
       for number, c in result["claims"].items():
         print(f"{number} {c['verdict']:<12} {c['text']}")
       if user:

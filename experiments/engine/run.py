@@ -11,14 +11,16 @@ every sweep (its evaluations and stop), the per-seed metrics, and every criterio
 readings (confirmatory, exploratory, positive, falsification) with its verdict.
 """
 
+import concurrent.futures
 import datetime
+import multiprocessing
 import os
 import platform
 import subprocess
 import time
 
 from experiments import claims as claims_lib
-from experiments import harness
+from experiments import harness, workers
 from experiments.engine import declare, judge, page, policy, records, registry, stats
 
 
@@ -80,19 +82,53 @@ def _merge(into, more):
       )
 
 
-def train(experiment, size_name, seeds, workdir, log=print, progress=None):
+def _units(experiment, size_name):
+  return [(arm, point) for arm in experiment.arms for point in experiment.trained_points(size_name)]
+
+
+def _train_share(experiment, size_name, seeds, workdir, share, cores):
+  """In a worker process (`train`'s jobs): the units numbered `share`, on `cores`, into the
+  sweep store; {(arm, label): seconds}."""
+  if cores is not None:
+    os.sched_setaffinity(0, cores)  # before JAX sizes its thread pools from the cores it may use
+  size, store, out = experiment.sizes[size_name], os.path.join(workdir, "sweeps"), {}
+  for i, (arm, point) in enumerate(_units(experiment, size_name)):
+    if i in share:
+      task = experiment.task(size, point)
+      unit = policy.train_unit(arm, point, task, size, seeds, store=store)
+      out[(arm.name, judge.label(point))] = unit.seconds
+  return out
+
+
+def _train_in_workers(experiment, size_name, seeds, workdir, jobs):
+  """The units dealt round-robin to `jobs` spawned processes, each on its own cores (JAX does
+  not fork safely); {(arm, label): seconds} of the training each did."""
+  n, cores = len(_units(experiment, size_name)), workers.core_sets(jobs) or [None] * jobs
+  args = [(experiment, size_name, seeds, workdir, set(range(j, n, jobs)), cores[j])
+          for j in range(jobs)]  # fmt: skip
+  with concurrent.futures.ProcessPoolExecutor(
+    jobs, mp_context=multiprocessing.get_context("spawn")
+  ) as pool:
+    done = [pool.submit(_train_share, *a) for a in args]
+    return {k: v for future in done for k, v in future.result().items()}
+
+
+def train(experiment, size_name, seeds, workdir, log=print, progress=None, jobs=1):
   """Every unit of the experiment at the size: {(arm, label(point)): policy.Unit}. `log`
   gets every sweep's progress lines; `progress(done, total, unit)` is called before each unit
   (the units done, of how many, and the one starting: "arm" or "arm @ point") and once all
-  are done (unit None)."""
+  are done (unit None). `jobs` > 1: the units train first in that many worker processes
+  (their lines go to stdout), into the sweep store this then reads every unit back from."""
   size, units = experiment.sizes[size_name], {}
   store = os.path.join(workdir, "sweeps")
-  todo = [(arm, point) for arm in experiment.arms for point in experiment.trained_points(size_name)]
+  seconds = _train_in_workers(experiment, size_name, seeds, workdir, jobs) if jobs > 1 else {}
+  todo = _units(experiment, size_name)
   for i, (arm, point) in enumerate(todo):
     if progress is not None:  # the unit as its sweeps' lines name it (policy.train_unit)
       progress(i, len(todo), arm.name if point is None else f"{arm.name} @ {judge.label(point)}")
     task = experiment.task(size, point)
     unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log)
+    unit.seconds = seconds.get((arm.name, judge.label(point)), unit.seconds)
     units[(arm.name, judge.label(point))] = unit
     log(f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "
         f"plateau {', '.join(unit.plateau())}")  # fmt: skip
@@ -161,11 +197,11 @@ def exploratory_entry(experiment, size_name):
 
 
 def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=print,
-        explore=False, progress=None):  # fmt: skip
+        explore=False, progress=None, jobs=1):  # fmt: skip
   """Trains, measures and judges the registered design at `size_name` (`explore`: the
   exploratory seeds alone, unregistered); writes and returns the result (plain JSON).
   `progress(done, total, unit)`: the units trained so far (`train`; the main job's live
-  line), beside `log`'s detail."""
+  line), beside `log`'s detail. `jobs`: worker processes that train the units (`train`)."""
   declare.validate(experiment)
   if explore:
     entry = exploratory_entry(experiment, size_name)
@@ -173,7 +209,7 @@ def run(experiment, size_name, workdir, *, registry_path=registry.REGISTRY, log=
     entry = registry.entry(experiment, size_name, registry_path)
   start = time.time()
   seeds = seed_order(experiment, size_name, entry)
-  units = train(experiment, size_name, seeds, workdir, log, progress)
+  units = train(experiment, size_name, seeds, workdir, log, progress, jobs)
   measured = measure(experiment, size_name, units, entry)
   judged = judge.judge(experiment, measured)
   verdicts = judge.claims(experiment, judged)

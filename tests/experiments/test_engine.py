@@ -338,3 +338,26 @@ def test_a_records_confirmatory_values_come_from_either_seed_order():
   # a confirm_only run read its confirmatory seeds alone
   assert records.confirmatory(record, [0.7, 0.8, 0.9]).tolist() == [0.7, 0.8, 0.9]
   assert records.confirmatory(record, [0.5]).tolist() == [0.5]  # not a per-seed list
+
+
+def test_units_trained_in_two_worker_processes_read_as_trained_in_one(tmp_path):
+  """normalization's tiny size with jobs=2: the units train in two spawned workers, into the
+  sweep store the run then reads every unit back from; the record matches a run in one
+  process, replica for replica, with each unit's training seconds from its worker."""
+  from experiments import s6_normalization
+  from experiments.engine import run
+
+  e, reg = s6_normalization.EXPERIMENT, str(tmp_path / "registry.json")
+  registry.register(e, "tiny", "the test", path=reg, log_dir=str(tmp_path / "results"))
+  lines = {1: [], 2: []}
+  one, two = (run.run(e, "tiny", str(tmp_path / f"jobs{n}"), registry_path=reg,
+                      log=lines[n].append, jobs=n) for n in (1, 2))  # fmt: skip
+  # the parent trained nothing: every sweep it read came from a worker
+  assert any(": step " in line for line in lines[1])
+  assert not any(": step " in line for line in lines[2])
+  assert sum("read back" in line for line in lines[2]) >= len(two["units"])
+  for a, b in zip(one["units"], two["units"], strict=True):
+    assert (a["arm"], a["point"], a["replicas"]) == (b["arm"], b["point"], b["replicas"])
+    assert b["seconds"] > 0.05  # the worker's training, not the read-back
+  assert one["metrics"] == two["metrics"]
+  assert [c["verdict"] for c in one["criteria"]] == [c["verdict"] for c in two["criteria"]]
