@@ -13,7 +13,7 @@ norm, the softmax over the sources, data, budget; each at its selected learning 
   stateless  lowrank with W_iL = 0, i != L    no other position: recall is impossible
 
   python -m experiments.engine run interaction --size quick    # ~1 minute on one CPU core
-  python -m experiments.engine run interaction --size full     # ~40 minutes on 2 CPU cores
+  python -m experiments.engine run interaction --size full     # ~35 minutes on one CPU core
 
 Expected: the pure forms recall and the additive form stays near chance (5.1); whether tanh
 needs 1.5x the product's steps (5.2) is what the run decides. How much of each trained
