@@ -133,6 +133,20 @@ def test_a_delta_rule_below_linear_attention_is_refuted():
       assert judged[f"{d}_over_{o}"].verdict == stats.REFUTED
 
 
+def test_an_arm_that_fails_the_fewest_pairs_gives_no_gap_reading():
+  """Flat at chance along P its gap does not grow, yet it failed at the smallest K (a
+  learnability reading): INCONCLUSIVE, naming its control, never REFUTED. The same arm
+  recalling the fewest pairs and falling along P reads SUPPORTED (capacity)."""
+  arm = m.SMALL["linear"]
+  judged = _judged(_levels(**{arm: (0, 0, 0, 0)}))
+  assert judged[f"{arm}_recalls_fewest"].verdict == stats.REFUTED
+  j = judged[f"{arm}_gap_grows"]
+  assert j.verdict == stats.INCONCLUSIVE and f"{arm}_recalls_fewest" in j.why, j.why
+  assert j.confirmatory.verdict == stats.REFUTED  # what it would have read
+  grows = _judged(_levels(**{arm: (1, 0.5, 0.1, 0)}))[f"{arm}_gap_grows"]
+  assert grows.verdict == stats.SUPPORTED
+
+
 def test_where_attention_does_not_recall_the_orderings_there_are_inconclusive():
   judged = _judged(_levels(softmax=(1, 1, 0.9, 0.5)))
   assert judged[m.LAST].verdict == stats.REFUTED and judged[m.FIRST].verdict == stats.SUPPORTED
@@ -174,10 +188,11 @@ def _subset(experiment, arms):
 
 def test_the_tiny_size_runs_end_to_end_with_one_reading_per_arm_per_p(tmp_path):
   """Four arms of the tiny size (all 23 compile for minutes): linear attention at both states,
-  the window its gap criteria read as their positive case, and the reference."""
+  the small window and the reference."""
   arms = {m.REF, m.SMALL["linear"], m.LARGE["linear"], m.SMALL[m.WINDOW]}
   small = _subset(E, arms)
-  linear = {"linear_4_gap_grows", "linear_16_gap_grows", "linear_gap_shrinks"}
+  linear = {f"{a}_{c}" for a in ("linear_4", "linear_16") for c in ("gap_grows", "recalls_fewest")}
+  linear.add("linear_gap_shrinks")
   assert {c.name for c in small.criteria} == {m.FIRST, m.LAST, *linear}
   entry, result, results = scratch.run_tiny(small, tmp_path)
   assert result["claims"] == {}

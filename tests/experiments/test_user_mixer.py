@@ -81,19 +81,23 @@ def test_the_users_arm_is_one_more_arm_read_by_the_built_ins_gap_criterion(mine)
     "custom",
     {"mixer": f"{mine}:CumMean", "mixer_fields": '{"scale": 2.0}'},
   )
-  assert e.criteria[:-1] == m.EXPERIMENT.criteria
-  mine_c, builtin = e.criterion("user_gap_grows"), e.criterion(f"{m.LARGE['linear']}_gap_grows")
-  assert (mine_c.arm, mine_c.says.split("'")[0]) == ("user", "user")
-  assert dataclasses.replace(mine_c, name=builtin.name, arm=builtin.arm, says=builtin.says) == (
-    builtin
-  )
-  assert (mine_c.positive.arm, mine_c.falsification.arm) == (m.SMALL[m.WINDOW], m.REF)
+  assert e.criteria[:-2] == m.EXPERIMENT.criteria
+  linear = m.LARGE["linear"]
+  for what in ("recalls_fewest", "gap_grows"):  # its control, then its reading
+    mine_c, builtin = e.criterion(f"user_{what}"), e.criterion(f"{linear}_{what}")
+    assert mine_c.arm == "user" and mine_c.says.startswith("user")
+    same = dataclasses.replace(mine_c, name=builtin.name, arm=builtin.arm, says=builtin.says,
+                               guarded_by=builtin.guarded_by)  # fmt: skip
+    assert same == builtin
+  gap = e.criterion("user_gap_grows")
+  assert gap.guarded_by == (m.FIRST, m.LAST, "user_recalls_fewest")
+  assert (gap.positive, gap.falsification.arm) == (m.GROWS, m.REF)
   assert registry.design_hash(m.EXPERIMENT, "tiny") == registry.entry(m.EXPERIMENT, "tiny")["hash"]
 
 
 def test_a_users_mixer_runs_the_tiny_sweep_beside_attention(mine, tmp_path, monkeypatch, capsys):
   """Through the command line from a relative path, with three arms (all 24 compile for
-  minutes): attention, the window its gap criterion reads as the positive case, and yours."""
+  minutes): attention, the small window, and yours."""
   seen, with_mixer = {}, m.with_mixer
 
   def three_arms(spec, fields):
@@ -115,7 +119,7 @@ def test_a_users_mixer_runs_the_tiny_sweep_beside_attention(mine, tmp_path, monk
   assert result["metrics"]["state_bytes"]["user"]["*"] == [4.0 * 8]  # one running sum, D = 8
   assert [f for f in os.listdir(work) if f.endswith(".png")] == ["scorecard_tiny.png"]
   judged = {c["name"]: c for c in result["criteria"]}
-  assert set(judged) == {m.FIRST, m.LAST, "user_gap_grows"}
+  assert set(judged) == {m.FIRST, m.LAST, "user_gap_grows", "user_recalls_fewest"}
   out = capsys.readouterr().out
   assert out.splitlines()[0].startswith(f"contract: {spec} ok at D = 8")
   mean = {
