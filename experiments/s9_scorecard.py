@@ -48,6 +48,7 @@ import dataclasses
 import json
 
 import jax
+import matplotlib
 import numpy as np
 
 from experiments import s1_fixed_memory as fixed_memory
@@ -201,34 +202,39 @@ def _mean(result, metric, arm, point):
 
 def figure(result, path):
   """Per P: adjusted recall against decode-state bytes, one curve per mixer (Based, Fig. 2);
-  and adjusted recall against P per arm (mean over every seed)."""
+  and adjusted recall against P per arm, small states dashed (means over every seed)."""
   adjusted = result["metrics"]["adjusted"]
   points = [p for p in adjusted[REF] if ":" in p]
-  rows = len(points) // 3 + 1
+  rows = -(-(len(points) + 2) // 3)  # a panel per P, recall along P, the legend
   fig = figures.new(cols=3, rows=rows)
   families = [REF, *STATES, *(a for a in adjusted if a not in {x.name for x in ARMS})]
+  arms = {f: sorted((a for a in adjusted if a == f or a.rsplit("_", 1)[0] == f),
+                    key=lambda a: _mean(result, "state_bytes", a, "*")) for f in families}  # fmt: skip
+  color = {f: matplotlib.colormaps["tab20"](i % 20) for i, f in enumerate(families)}
+  low = min(-0.1, *(_mean(result, "adjusted", a, p) for a in adjusted for p in points)) - 0.05
   for k, point in enumerate(points):
     ax = fig.add_subplot(rows, 3, k + 1)
-    for i, family in enumerate(families):
-      arms = [a for a in adjusted if a == family or a.rsplit("_", 1)[0] == family]
-      xs = [_mean(result, "state_bytes", a, "*") for a in arms]
-      ax.plot(xs, [_mean(result, "adjusted", a, point) for a in arms], color=f"C{i % 10}",
-              marker="s" if family == REF else "o", linestyle="-" if i < 10 else "--",
-              label=family)  # fmt: skip
+    for f in families:
+      xs = [_mean(result, "state_bytes", a, "*") for a in arms[f]]
+      ax.plot(xs, [_mean(result, "adjusted", a, point) for a in arms[f]], color=color[f],
+              marker="s" if f == REF else "o")  # fmt: skip
     ax.axhline(0, color="gray", linewidth=0.8)
     ax.set(xscale="log", xlabel="decode-state bytes", ylabel="adjusted recall (0: chance 1/P)",
-           title=f"P = {point.split(':')[1]}", ylim=(-0.1, 1.05))  # fmt: skip
-  ax.legend(fontsize=6)
+           title=f"P = {point.split(':')[1]}", ylim=(low, 1.05))  # fmt: skip
   ax = fig.add_subplot(rows, 3, len(points) + 1)
   xs = [int(p.split(":")[1]) for p in points]
-  for i, arm in enumerate(adjusted):
-    ax.plot(xs, [_mean(result, "adjusted", arm, p) for p in points], "o-", linewidth=0.8,
-            color=f"C{i % 10}", alpha=1.0 if arm == REF else 0.6, label=arm)  # fmt: skip
-  ax.set(xscale="log", xlabel="P (pairs)", ylabel="adjusted recall", title="recall along P",
-         ylim=(-0.1, 1.05))  # fmt: skip
+  for f in families:
+    for a in arms[f]:
+      small = len(arms[f]) > 1 and a == arms[f][0]
+      ax.plot(xs, [_mean(result, "adjusted", a, p) for p in points], "o--" if small else "o-",
+              color=color[f], linewidth=0.8, label=None if small else f)  # fmt: skip
+  ax.set(xscale="log", xlabel="P (pairs)", ylabel="adjusted recall", ylim=(low, 1.05),
+         title="recall along P (small states dashed)")  # fmt: skip
   ax.set_xticks(xs, [str(x) for x in xs], minor=False)
   ax.minorticks_off()
-  ax.legend(fontsize=5, ncol=2)
+  key = fig.add_subplot(rows, 3, len(points) + 2)  # the legend of every panel, beside them
+  key.axis("off")
+  key.legend(*ax.get_legend_handles_labels(), loc="upper left", title="mixer (every panel)")
   figures.save(fig, path)
 
 

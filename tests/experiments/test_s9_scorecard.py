@@ -213,6 +213,12 @@ def test_the_tiny_size_runs_end_to_end_with_one_reading_per_arm_per_p(tmp_path):
   assert states[m.SMALL["linear"]] < states[m.LARGE["linear"]]
   for c in result["criteria"]:
     assert c["verdict"] in stats.VERDICTS
+  run.record(result, small, results_dir=results)  # no claims: the log counts the extensions
+  counts = {v: sum(c["verdict"] == v for c in result["criteria"] if c["tests"] == "extension")
+            for v in stats.VERDICTS}  # fmt: skip
+  line = open(os.path.join(results, "scorecard", "log.md")).read().splitlines()[-1]
+  want = ", ".join(f"{v} {n}" for v, n in sorted(counts.items()) if n)
+  assert line.endswith(f"on seeds {entry['confirmatory']}: no claims; extensions {want}"), line
   run.record(result, small, results_dir=results)
   folder = os.path.join(results, "scorecard")
   assert records.read(os.path.join(folder, "tiny.json"))["hash"] == entry["hash"]
