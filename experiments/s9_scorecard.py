@@ -1,47 +1,41 @@
 """The scorecard on the recall sweep: every built-in mixer on fixed_memory's hard end.
 
-Section 1 finds a fixed state's recall falling as the pairs grow, where attention over the
-history holds (claims 1.1, 1.2). The successors of the LSTM (jaxformer.mixers) keep a fixed
-state too; the papers that built them order them on MQAR. Every built-in mixer trains in the
-transformer's block (the `custom` rung: only the mixer differs) on fixed_memory's hard
-mixture (V = 256, L = 64, P in 2, 4, 8, 16, imported from experiments/s1_fixed_memory.py so
-the two stay pinned) and is read at each P (jaxformer/analysis/recall.py). Each fixed-state
-mixer trains at two states: the smallest value of its STATE_SWEEPS field and the largest at
-most 4x that. Decode-state bytes of one sequence at the full size (L = 64, D = 64, float32)
-run from 160 (linear_4) to 49,664 (hybrid_16) against attention's 65,536, which grows with L;
-each arm's is in the result (`state_bytes`), and the recall-vs-state figure draws them.
+Section 1 finds a fixed state's recall falling as the pairs grow where attention holds
+(claims 1.1, 1.2). The LSTM's successors (jaxformer.mixers) keep a fixed state too, and
+their papers order them on MQAR. Every built-in mixer trains in the transformer's block (the
+`custom` rung: only the mixer differs) on fixed_memory's hard mixture (imported, so the two
+stay pinned) and is read at each P (jaxformer/analysis/recall.py); each fixed-state one at
+the smallest value of its STATE_SWEEPS field and the largest at most 4x that. Decode-state
+bytes at full (L = 64, D = 64) run from 160 (linear_4) to 49,664 (hybrid_16) against
+attention's 65,536; each arm's is in the result (`state_bytes`), drawn against recall.
 
-The published orderings, each an extension (no article claim: they carry 1.1 and 1.2 to the
-successors; the engine has no field naming the claim an extension extends), read as paired
-intervals over seeds of adjusted recall (0: the guess 1/P) against ORDERED = 0.1:
-  delta rule    deltanet_4 and gated_deltanet_4 above linear_16 and retnet_16, which hold no less
-                state (2,176 and 8,192 B against 1,664), at the most pairs (Yang et al. 2024, MQAR)
+The published orderings, extensions of 1.1 and 1.2, read as paired intervals over seeds of
+adjusted recall (0: the guess 1/P) against ORDERED = 0.1:
+  delta rule    deltanet_4 and gated_deltanet_4 above linear_16 and retnet_16 (no less state)
+                at the most pairs (Yang et al. 2024, MQAR)
   mamba2        mamba2_16 above mamba2_4 at the most pairs (Dao and Gu 2024, MQAR)
   gap grows     each fixed-state arm's gap to attention, adjusted(softmax) - adjusted(arm),
-                larger at the most pairs than at the fewest (`gap_growth`, per seed, computed
-                in `measure`; Zoology, Arora et al. 2023, Fig. 2; Based, Arora et al. 2024)
-  gap shrinks   at the most pairs, each family's large state minus its small (the same
-                figures; Mamba-2's is its ordering above)
-Positive cases: attention in place of the better arm (accepted where the worse has room
-below it); for gap growth an analytic case (growth 1.0: an arm recalling as attention at the
-fewest pairs and at chance at the most), as no trained arm does so for a known reason here:
-the 4-token window, whose reach falls with P (the share of queries with their pair within 4
-tokens: 0.29 at P = 2 to 0 at P = 16 at full, 0.33 to 0.003 at quick; the test computes
-it), stayed flat at both mixtures in sizing. Falsification cases: the same difference at the
-fewest pairs, where both recall; for gap growth, attention's own gap (0 at every P). A gap
-criterion (the windows left out) is guarded by its arm recalling (adjusted >= 0.5) at the
-fewest pairs: below it the arm failed at the smallest K (learnability) and its gap growth
-reads INCONCLUSIVE; every ordering, by attention recalling (>= 0.9) at each P it reads.
+                larger at the most pairs than at the fewest (`gap_growth`, per seed; Zoology,
+                Arora et al. 2023, Fig. 2; Based, Arora et al. 2024)
+  gap shrinks   at the most pairs, each family's large state minus its small (the same)
+Positive cases: attention in place of the better arm; for gap growth an analytic case (1.0:
+an arm recalling as attention at the fewest pairs and at chance at the most), as no trained
+arm does so for a known reason here: the 4-token window, whose reach falls with P (the share
+of queries with their pair within 4 tokens: 0.29 to 0 at full, 0.33 to 0.003 at quick; the
+test computes it), stayed flat in sizing. Falsification cases: the same difference at the
+fewest pairs; for gap growth, attention's own gap (0). A gap criterion (windows left out) is
+guarded by its arm recalling (adjusted >= 0.5) at the fewest pairs: below it the arm failed
+at the smallest K (learnability), INCONCLUSIVE; every ordering, by attention recalling (>=
+0.9) at each P it reads.
 
   python -m experiments.engine run scorecard --size quick --jobs 2  # ~15 min on 2 cores
   python -m experiments.engine run scorecard --size full --jobs 2   # ~7 hours on 2 cores
   python -m experiments.engine run scorecard --size quick --mixer path/to/mine.py:Mine \
     --mixer_fields '{"num_heads": 2}'  # yours as one more arm (it must decode), never recorded
 
-Full: 23 arms, 1 exploratory seed at 2 rates, then 5 confirmatory seeds, up to 3,000 steps
-at D = 64 (at D = 32 attention does not hold: the log), batch 64; 2 replicas of an arm that
-does not reach its target take 450-570 s on one core. Quick: fixed_memory's quick hard
-mixture (V = 64, L = 32, P in 2, 4, 8), D = 32, batch 32, 1,500 steps, 2 seeds at 3e-3.
+Full: V = 256, L = 64, P 2-16, D = 64 (at D = 32 attention does not hold: the log), batch
+64, 1 exploratory seed at 2 rates, 5 confirmatory seeds, up to 3,000 steps. Quick: V = 64,
+L = 32, P 2-8, D = 32, batch 32, 1,500 steps, 2 seeds at 3e-3 (the log: results/scorecard/).
 """
 
 import dataclasses
@@ -58,8 +52,6 @@ from jaxformer import mixers
 from jaxformer.analysis import cost, recall
 
 REF = mixers.REFERENCE
-
-
 STATES = {family: (field, (v[0], max(x for x in v if x <= 4 * v[0])))  # the least, <= 4x it
           for family, (field, v) in mixers.STATE_SWEEPS.items()}  # fmt: skip
 SMALL = {family: f"{family}_{v[0]}" for family, (_, v) in STATES.items()}
@@ -77,7 +69,7 @@ def _arm(family, value=None):
 
 
 ARMS = (_arm(REF), *(_arm(f, v) for f, (_, values) in STATES.items() for v in values))
-WINDOW = "sliding_window"  # its small state: the positive case of the gap growth
+WINDOW = "sliding_window"  # no gap criterion reads the windows
 DELTA, COMPARED = ("deltanet", "gated_deltanet"), ("linear", "retnet")
 
 METRICS = (
@@ -87,8 +79,8 @@ METRICS = (
          "length (jaxformer.analysis.cost; the same for every seed)"),
 )  # fmt: skip
 
-RECALLS, ORDERED = 0.9, 0.1  # attention recalls; an ordering's least difference
-LEARNS = 0.5  # an arm whose gap growth is read recalls at least this at the fewest pairs
+# attention recalls; an ordering's least difference; a gap criterion's arm recalls at P first
+RECALLS, ORDERED, LEARNS = 0.9, 0.1, 0.5
 FIRST, LAST = "reference_recalls_first", "reference_recalls_last"
 
 
@@ -100,8 +92,6 @@ def _ordering(name, says, arm, against):
                    guarded_by=(LAST,))  # fmt: skip
 
 
-# No trained arm of the sweep recalls the fewest pairs and fails the most for a known reason:
-# the windows, whose reach predicts it, stay flat at the hard mixtures (the sizing runs)
 GROWS = Case(values=(1.0,), why="an arm recalling as attention (1.0) at the fewest pairs and "
              "at chance at the most grows its gap by 1.0; the windows, whose reach predicts such "
              "a fall, stay flat at these mixtures (sizing runs, results/scorecard/log.md)")  # fmt: skip
@@ -146,7 +136,15 @@ def _criteria():
   return tuple(out)
 
 
-HARD, EASIER = fixed_memory.SIZES["full"], fixed_memory.SIZES["quick"]  # their hard mixtures
+def _hard_end(of, **fields):
+  """A size on fixed_memory's size `of`'s hard mixture: its task, width, batch and reading."""
+  of = fixed_memory.SIZES[of]
+  return Size(task={k: of.task[k] for k in ("hard", "num_examples", "num_test_examples")},
+              model=dict(of.model), exploratory_seeds=(100,), batch_size=of.batch_size,
+              eval_every=of.eval_every, points={"hard": of.points["hard"]},
+              extra=dict(of.extra), **fields)  # fmt: skip
+
+
 SIZES = {
   "tiny": Size(
     task={"mix": {"vocab_size": 16, "seq_len": 16}, "num_examples": 64, "num_test_examples": 32},
@@ -154,20 +152,10 @@ SIZES = {
     learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=2, batch_size=8,
     eval_every=2, warmup_steps=1, points={"mix": (2, 4)}, extra={"eval_examples": 16},
   ),
-  "quick": Size(
-    task={k: EASIER.task[k] for k in ("hard", "num_examples", "num_test_examples")},
-    model=dict(EASIER.model), steps=1500, step_cap=1500, learning_rates=(3e-3,),
-    exploratory_seeds=(100,), confirmatory=2, confirm_only=True, batch_size=EASIER.batch_size,
-    eval_every=EASIER.eval_every, points={"hard": EASIER.points["hard"]},
-    extra=dict(EASIER.extra),
-  ),
-  "full": Size(
-    task={k: HARD.task[k] for k in ("hard", "num_examples", "num_test_examples")},
-    model=dict(HARD.model),
-    steps=3000, step_cap=3000, learning_rates=(1e-3, 3e-3), exploratory_seeds=(100,),
-    confirmatory=5, batch_size=HARD.batch_size, eval_every=HARD.eval_every,
-    points={"hard": HARD.points["hard"]}, extra=dict(HARD.extra),
-  ),
+  "quick": _hard_end("quick", steps=1500, step_cap=1500, learning_rates=(3e-3,), confirmatory=2,
+                     confirm_only=True),
+  "full": _hard_end("full", steps=3000, step_cap=3000, learning_rates=(1e-3, 3e-3),
+                    confirmatory=5),
 }  # fmt: skip
 
 task = fixed_memory.task  # the mixture of a setting ("hard"), or its reading at one P
@@ -239,21 +227,14 @@ def figure(result, path):
 
 
 EXPERIMENT = Experiment(
-  name="scorecard",
-  section=9,
-  claims=(),
+  name="scorecard", section=9, claims=(),
   summary="Every built-in mixer of jaxformer.mixers (each fixed-state one at two state sizes) in "
   "the transformer's block, on fixed_memory's hard mixed-P MQAR read at each P: the published "
   "orderings of the Transformer's successors, extensions of claims 1.1 and 1.2.",
-  arms=ARMS,
-  metrics=METRICS,
-  criteria=_criteria(),
-  sizes=SIZES,
-  task=task,
+  arms=ARMS, metrics=METRICS, criteria=_criteria(), sizes=SIZES, task=task,
   axis=Axis("P", mixed=True, note="MQAR pairs; one model per arm trains on their mixture"),
-  measure=measure,
-  figure=figure,
-)
+  measure=measure, figure=figure,
+)  # fmt: skip
 
 
 def with_mixer(spec, fields=None, name="user"):

@@ -7,11 +7,12 @@ bottom: the claims quoted, what each verdict is and what it means at this scale,
 the criteria with all four readings, the design, and the numbers last.
 """
 
+import collections
 import os
 import re
 
 from experiments import claims as claims_lib
-from experiments.engine import catalog, records
+from experiments.engine import catalog, records, stats
 
 PAGE = "README.md"
 RECORD_SIZES = ("full", "accel", "quick", "tiny")  # the first present is the verdict of record
@@ -176,14 +177,21 @@ def claims_rows(results_dir):
 
 
 def extensions_rows(results_dir):
-  """Every declared experiment's extensions (the scorecard has nothing else), in order."""
+  """Every declared experiment's extensions, in order; one of extensions alone (the
+  scorecard's orderings) in one row counting their verdicts, its page linked."""
   rows = []
   for name in dict.fromkeys([*(c.experiment for c in claims_lib.CLAIMS), *catalog.DECLARED]):
     result = of_record(records.in_folder(os.path.join(results_dir, name)))
-    for c in (result or {}).get("criteria", []):
-      if c["tests"] == "extension":
-        rows.append([name, c["statement"], f"**{c['verdict']}** {c['why']}".strip(),
-                     f"{result['size']} v{result['version']}"])  # fmt: skip
+    ext = [c for c in (result or {}).get("criteria", []) if c["tests"] == "extension"]
+    at = result and f"{result['size']} v{result['version']}"
+    if ext and not result["claims"]:
+      counts = collections.Counter(c["verdict"] for c in ext)
+      read = ", ".join(f"**{v}** {counts[v]}" for v in stats.VERDICTS if counts[v])
+      says = f"{len(ext)} extensions: {catalog.load(name).summary}"
+      rows.append([f"[{name}](results/{name}/)", says, read, at])
+      continue
+    for c in ext:
+      rows.append([name, c["statement"], f"**{c['verdict']}** {c['why']}".strip(), at])
   return rows
 
 

@@ -288,14 +288,19 @@ def test_arm_rates_name_an_arm_and_hold_learning_rates(rates, match):
     declare.validate(e)
 
 
-def test_an_experiment_no_claim_names_still_lists_its_extensions(tmp_path):
-  """The scorecard tests only extensions: its rows reach the README's extensions table."""
+def test_an_experiment_no_claim_names_lists_its_extensions_in_one_row(tmp_path):
+  """The scorecard tests only extensions (dozens): one row of the README's extensions table
+  counts their verdicts and links its page; its controls are not counted."""
   ordering = {"tests": "extension", "statement": "the delta rule recalls more", "why": "",
               "verdict": "SUPPORTED"}  # fmt: skip
-  record = {"size": "full", "version": 2, "criteria": [ordering, dict(ordering, tests="control")]}
+  criteria = [ordering, dict(ordering, verdict="REFUTED"), dict(ordering, verdict="SUPPORTED"),
+              dict(ordering, tests="control", verdict="REFUTED")]  # fmt: skip
+  record = {"size": "full", "version": 2, "claims": {}, "criteria": criteria}
   records.write(record, str(tmp_path / "scorecard" / "full.json"))
-  rows = page.extensions_rows(str(tmp_path))
-  assert rows == [["scorecard", "the delta rule recalls more", "**SUPPORTED**", "full v2"]]
+  ((where, says, read, at),) = page.extensions_rows(str(tmp_path))
+  assert (where, read, at) == ("[scorecard](results/scorecard/)",
+                               "**SUPPORTED** 2, **REFUTED** 1", "full v2")  # fmt: skip
+  assert says.startswith("3 extensions: Every built-in mixer")
 
 
 def test_confirm_only_needs_a_one_point_grid_for_every_arm():
