@@ -176,6 +176,11 @@ def claims_rows(results_dir):
   return rows
 
 
+def extension_verdicts(result):
+  """{verdict: how many of `result`'s extensions read it}."""
+  return collections.Counter(c["verdict"] for c in result["criteria"] if c["tests"] == "extension")
+
+
 def extensions_rows(results_dir):
   """Every declared experiment's extensions, in order; one of extensions alone (the
   scorecard's orderings) in one row counting their verdicts, its page linked."""
@@ -185,7 +190,7 @@ def extensions_rows(results_dir):
     ext = [c for c in (result or {}).get("criteria", []) if c["tests"] == "extension"]
     at = result and f"{result['size']} v{result['version']}"
     if ext and not result["claims"]:
-      counts = collections.Counter(c["verdict"] for c in ext)
+      counts = extension_verdicts(result)
       read = ", ".join(f"**{v}** {counts[v]}" for v in stats.VERDICTS if counts[v])
       says = f"{len(ext)} extensions: {catalog.load(name).summary}"
       rows.append([f"[{name}](results/{name}/)", says, read, at])

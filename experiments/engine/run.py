@@ -11,7 +11,6 @@ every sweep (its evaluations and stop), the per-seed metrics, and every criterio
 readings (confirmatory, exploratory, positive, falsification) with its verdict.
 """
 
-import collections
 import concurrent.futures
 import datetime
 import multiprocessing
@@ -320,10 +319,8 @@ def record(result, experiment, results_dir=registry.RESULTS, note=""):
     f.write(page.render(experiment, folder))
   verdicts = ", ".join(f"{n} {c['verdict']}" for n, c in result["claims"].items())
   if not verdicts:  # an experiment of extensions alone (the scorecard): their verdicts counted
-    counts = collections.Counter(
-      c["verdict"] for c in result["criteria"] if c["tests"] != "control"
-    )
-    verdicts = "no claims; extensions " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+    counts = sorted(page.extension_verdicts(result).items())
+    verdicts = "no claims; extensions " + ", ".join(f"{k} {n}" for k, n in counts)
   what = note or f"run at {result['commit']} on seeds {result['seeds']['confirmatory']}"
   when = datetime.date.today().isoformat() if note else result["date"]
   registry.log_line(experiment.name, f"{when}: {result['size']} version {result['version']} "
