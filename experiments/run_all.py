@@ -5,7 +5,8 @@
   python -m experiments.run_all --only cache,heads --size tiny
   python -m experiments.engine run cache --size quick              # one experiment alone
 
-Every declared experiment (experiments/engine/catalog.py) runs through the verdict engine in
+Every declared experiment that reads the article's claims (experiments/engine/catalog.py:
+`main_job`; the scorecard, extensions alone, runs by name) runs through the verdict engine in
 its own worker process, --jobs at once, the longest first (experiments/workers.py); a size not
 registered yet (being sized) is skipped with a line. Each running experiment has one live line
 (experiments/board.py): its units done (an arm at a point, trained to its plateau or cap), the
@@ -111,7 +112,13 @@ def _define(values, argv):
     "largest first (1: each experiment's largest; 0: all).",
     lower_bound=0,
   )
-  define("list", "only", [], "Comma-separated experiment names.")
+  define(
+    "list",
+    "only",
+    [],
+    "Comma-separated experiment names (default: every experiment "
+    "that reads the article's claims; the scorecard runs by name).",
+  )
   define(
     "integer",
     "cpu_devices",
@@ -171,7 +178,7 @@ def main(argv=None):
   if rest:
     cli.usage_error(f"unexpected arguments {rest}")
   size, workdir = values.size, values.workdir
-  names = values.only or list(declared.DECLARED)
+  names = values.only or declared.main_job()
   unknown = [n for n in names if n not in declared.DECLARED]
   if unknown:
     known = ", ".join(declared.DECLARED)

@@ -31,5 +31,12 @@ def load(name, module=None):
   return importlib.import_module(module).EXPERIMENT
 
 
+def main_job():
+  """The experiments the main job (`make run`) runs by default: those that read the article's
+  claims. One of extensions alone (the scorecard: its quick size takes ~13 minutes on 2 cores
+  by itself) runs by name: `run_all --only scorecard` or `engine run scorecard`."""
+  return [name for name in DECLARED if load(name).claims]
+
+
 def every():
   return [load(name) for name in DECLARED]

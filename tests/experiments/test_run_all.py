@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from experiments import board, run_all, workers
-from experiments.engine import page, records, registry
+from experiments import board, claims, run_all, workers
+from experiments.engine import catalog, page, records, registry
 from tests.experiments import run_all_stubs
 
 
@@ -207,3 +207,10 @@ def test_cpu_devices_asked_for_over_a_set_count_is_a_usage_error(monkeypatch, ca
     run_all.lay_over_cores(2, 1)
   assert e.value.code == 2
   assert "--cpu_devices: XLA_FLAGS already sets a device count" in capsys.readouterr().err
+
+
+def test_the_main_job_runs_the_experiments_that_read_the_articles_claims():
+  names = catalog.main_job()
+  assert "scorecard" not in names and "fixed_memory" in names  # extensions alone run by name
+  assert {c.experiment for c in claims.CLAIMS if c.experiment in catalog.DECLARED} <= set(names)
+  assert all(catalog.load(n).claims for n in names)
