@@ -96,7 +96,7 @@ SIZES = {
     task={"easy": {"vocab_size": 16, "seq_len": 16}, "hard": {"vocab_size": 64, "seq_len": 32},
           "num_examples": 20_000, "num_test_examples": 512},
     model={"d_model": 32, "num_layers": 2}, steps=1500, step_cap=1500, learning_rates=(3e-3,),
-    exploratory_seeds=(100,), confirmatory=3, confirm_only=True, batch_size=32, eval_every=100,
+    exploratory_seeds=(100,), confirmatory=2, confirm_only=True, batch_size=32, eval_every=100,
     points={"easy": (2, 3, 4), "hard": (2, 4, 8)}, extra={"eval_examples": 256},
     arm_rates={"rnn_64": (1e-2,), "rnn_128": (1e-2,), "rnn_attention": (3e-3,),
                "attention": (3e-3,), "linear_8": (3e-3,), "linear_32": (3e-3,)},

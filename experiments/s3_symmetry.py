@@ -118,7 +118,7 @@ SIZES = {
   "quick": _size(
     {"mqar": {"vocab_size": 64, "seq_len": 32}, "induction": {"vocab_size": 64, "seq_len": 16},
      "num_examples": 20_000, "num_test_examples": 2048}, (2, 4, 8), 64, steps=1000,
-    step_cap=4000, learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3,
+    step_cap=4000, learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=2,
     confirm_only=True, eval_every=100, extra={"eval_examples": 256, "probe_batch": 64, "far": 4},
     # v2: the induction units start at the budgets v1 grew them to
     arm_steps={"matrix_sum @ induction": (4000, 4000), "source_only @ induction": (2000, 2000)},

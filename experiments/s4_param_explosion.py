@@ -141,7 +141,7 @@ SIZES = {
   # units no criterion reads train briefly: full (its cost alone), stateless (it sees no
   # other position), matrix_sum on induction (the extension reads MQAR)
   "quick": _size(_tasks(32, 16, 4, 20_000, 1024), 32, steps=600, step_cap=2400,
-                 learning_rates=(5e-3,), exploratory_seeds=(100,), confirmatory=3,
+                 learning_rates=(5e-3,), exploratory_seeds=(100,), confirmatory=2,
                  confirm_only=True, arm_steps={"full": (200, 200), "stateless": (300, 300),
                             "matrix_sum @ induction": (300, 300),
                             "diagonal @ mqar": (2400, 2400),

@@ -85,7 +85,7 @@ SIZES = {
   ),
   "quick": Size(
     task=TASK | {"num_examples": 20_000, "num_test_examples": 512}, model=MODEL, steps=1000,
-    step_cap=2000, learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3,
+    step_cap=2000, learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=2,
     confirm_only=True, arm_steps={"r2": (2000, 2000), "r1": (2000, 2000)},
     extra={"decode_batch": 8},
   ),

@@ -106,7 +106,7 @@ SIZES = {
   "quick": _size(
     {"vocab_size": 64, "seq_len": 16, "num_kv_pairs": 4, "num_examples": 20_000,
      "num_test_examples": 512}, 64, steps=600, step_cap=1200, learning_rates=(3e-3,),
-    exploratory_seeds=(100,), confirmatory=3, confirm_only=True, extra={"probe_batch": 64},
+    exploratory_seeds=(100,), confirmatory=2, confirm_only=True, extra={"probe_batch": 64},
     # v2: additive (still learning at v1's 1,200-step cap) trains 4,800 steps; tanh (one
     # seed still learning at 1,200) may double to 2,400
     arm_steps={"additive": (4800, 4800), "tanh": (1200, 2400)},

@@ -94,7 +94,7 @@ SIZES = {
                 exploratory_seeds=(100,), confirmatory=2, batch_size=8, eval_every=2,
                 warmup_steps=1),
   "quick": _size(16, 16, 64, steps=500, step_cap=2000, learning_rates=(3e-3,),
-                 exploratory_seeds=(100,), confirmatory=3, confirm_only=True,
+                 exploratory_seeds=(100,), confirmatory=2, confirm_only=True,
                  arm_steps={"none": (1000, 4000)}),
   "full": _size(64, 16, 64, examples=40_000, held_out=2048, steps=1000, step_cap=8000,
                 learning_rates=(2e-3, 5e-3), exploratory_seeds=(100,), confirmatory=5,

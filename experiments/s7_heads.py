@@ -93,7 +93,7 @@ SIZES = {
   "quick": Size(
     task={"vocab_size": 64, "seq_len": 16, "num_kv_pairs": 4, "num_examples": 20_000,
           "num_test_examples": 512}, model=MODEL, steps=600, step_cap=1200,
-    learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3, confirm_only=True,
+    learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=2, confirm_only=True,
     # v2: the narrow values start where v1 grew them, and rv4 (a seed still learning at
     # v1's 1,200-step cap) may double once more
     arm_steps={"rv1": (1200, 1200), "rv4": (1200, 2400), "rv8": (1200, 1200)},

@@ -103,7 +103,7 @@ SIZES = {
   ),
   "quick": _size(
     {"seq_len": 16, "copy_len": 6, "num_examples": 20_000, "num_test_examples": 1024}, 32,
-    steps=400, step_cap=800, learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=3,
+    steps=400, step_cap=800, learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=2,
     confirm_only=True, extra={"probe_examples": 64},
   ),
   "full": _size(

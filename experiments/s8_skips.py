@@ -93,7 +93,7 @@ SIZES = {
   # stacks took in v1 (v1 grew plain_4, read by no criterion, to 6,000)
   "quick": _size(
     {"num_examples": 20_000, "num_test_examples": 512}, 32, steps=2500, step_cap=2500,
-    learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=3, confirm_only=True,
+    learning_rates=(3e-3,), exploratory_seeds=(100,), confirmatory=2, confirm_only=True,
   ),
   "full": _size(
     {"num_examples": 20_000, "num_test_examples": 2048}, 32, steps=4000, step_cap=16_000,

@@ -83,7 +83,7 @@ SIZES = {
                 extra={"lengths": (64, 128), "window": 16, "block_size": 16, "head_dim": 8}),
   "quick": _size({"vocab_size": 64, "seq_len": 32, "num_examples": 4000,
                   "num_test_examples": 512}, {"d_model": 32}, steps=250, step_cap=500,
-                 learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=3,
+                 learning_rates=(1e-2,), exploratory_seeds=(100,), confirmatory=2,
                  confirm_only=True, batch_size=64, warmup_steps=30, points=(8, 12, 28),
                  extra={"lengths": (512, 1024, 2048), "window": 64, "block_size": 64,
                         "head_dim": 64}),
