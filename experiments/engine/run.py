@@ -86,31 +86,37 @@ def _units(experiment, size_name):
   return [(arm, point) for arm in experiment.arms for point in experiment.trained_points(size_name)]
 
 
-def _train_share(experiment, size_name, seeds, workdir, share, cores):
-  """In a worker process (`train`'s jobs): the units numbered `share`, on `cores`, into the
-  sweep store; {(arm, label): seconds}."""
-  if cores is not None:
-    os.sched_setaffinity(0, cores)  # before JAX sizes its thread pools from the cores it may use
-  size, store, out = experiment.sizes[size_name], os.path.join(workdir, "sweeps"), {}
-  for i, (arm, point) in enumerate(_units(experiment, size_name)):
-    if i in share:
-      task = experiment.task(size, point)
-      unit = policy.train_unit(arm, point, task, size, seeds, store=store)
-      out[(arm.name, judge.label(point))] = unit.seconds
-  return out
+def _pin(cores):
+  """A worker process's first act (`train`'s jobs): keep to the next core set of `cores` (a
+  queue), before JAX sizes its thread pools from the cores it may use."""
+  mine = cores.get()
+  if mine is not None:
+    os.sched_setaffinity(0, mine)
+
+
+def _train_one(experiment, size_name, seeds, workdir, index):
+  """In a worker process: unit number `index` into the sweep store; ((arm, label), seconds)."""
+  arm, point = _units(experiment, size_name)[index]
+  size, store = experiment.sizes[size_name], os.path.join(workdir, "sweeps")
+  unit = policy.train_unit(arm, point, experiment.task(size, point), size, seeds, store=store)
+  return (arm.name, judge.label(point)), unit.seconds
 
 
 def _train_in_workers(experiment, size_name, seeds, workdir, jobs):
-  """The units dealt round-robin to `jobs` spawned processes, each on its own cores (JAX does
-  not fork safely); {(arm, label): seconds} of the training each did."""
-  n, cores = len(_units(experiment, size_name)), workers.core_sets(jobs) or [None] * jobs
-  args = [(experiment, size_name, seeds, workdir, set(range(j, n, jobs)), cores[j])
-          for j in range(jobs)]  # fmt: skip
+  """The units, in order, to `jobs` spawned processes, each on its own cores (JAX does not
+  fork safely), each taking the next unit as it comes free (units differ in cost by 10x:
+  dealt out in advance, one worker could idle for hours); {(arm, label): seconds} of the
+  training each did."""
+  context = multiprocessing.get_context("spawn")
+  cores = context.Queue()
+  for mine in workers.core_sets(jobs) or [None] * jobs:
+    cores.put(mine)
+  n = len(_units(experiment, size_name))
   with concurrent.futures.ProcessPoolExecutor(
-    jobs, mp_context=multiprocessing.get_context("spawn")
+    jobs, mp_context=context, initializer=_pin, initargs=(cores,)
   ) as pool:
-    done = [pool.submit(_train_share, *a) for a in args]
-    return {k: v for future in done for k, v in future.result().items()}
+    done = [pool.submit(_train_one, experiment, size_name, seeds, workdir, i) for i in range(n)]
+    return dict(future.result() for future in done)
 
 
 def train(experiment, size_name, seeds, workdir, log=print, progress=None, jobs=1):
