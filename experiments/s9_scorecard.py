@@ -28,7 +28,7 @@ guarded by its arm recalling (adjusted >= 0.5) at the fewest pairs: below it the
 at the smallest K (learnability), INCONCLUSIVE; every ordering, by attention recalling (>=
 0.9) at each P it reads.
 
-  python -m experiments.engine run scorecard --size quick --jobs 2  # ~15 min on 2 cores
+  python -m experiments.engine run scorecard --size quick --jobs 2  # ~13 min on 2 cores
   python -m experiments.engine run scorecard --size full --jobs 2   # ~7 hours on 2 cores
   python -m experiments.engine run scorecard --size quick --mixer path/to/mine.py:Mine \
     --mixer_fields '{"num_heads": 2}'  # yours as one more arm (it must decode), never recorded
