@@ -90,7 +90,7 @@ def test_the_users_arm_is_one_more_arm_read_by_the_built_ins_gap_criterion(mine)
                                guarded_by=builtin.guarded_by)  # fmt: skip
     assert same == builtin
   gap = e.criterion("user_gap_grows")
-  assert gap.guarded_by == (m.FIRST, m.LAST, "user_recalls_fewest")
+  assert gap.guarded_by == (m.EVERY, "user_recalls_fewest")
   assert (gap.positive, gap.falsification.arm) == (m.GROWS, m.REF)
   assert registry.design_hash(m.EXPERIMENT, "tiny") == registry.entry(m.EXPERIMENT, "tiny")["hash"]
 
@@ -119,7 +119,7 @@ def test_a_users_mixer_runs_the_tiny_sweep_beside_attention(mine, tmp_path, monk
   assert result["metrics"]["state_bytes"]["user"]["*"] == [4.0 * 8]  # one running sum, D = 8
   assert [f for f in os.listdir(work) if f.endswith(".png")] == ["scorecard_tiny.png"]
   judged = {c["name"]: c for c in result["criteria"]}
-  assert set(judged) == {m.FIRST, m.LAST, "user_gap_grows", "user_recalls_fewest"}
+  assert set(judged) == {m.EVERY, "user_gap_grows", "user_recalls_fewest"}
   out = capsys.readouterr().out
   assert out.splitlines()[0].startswith(f"contract: {spec} ok at D = 8")
   mean = {
