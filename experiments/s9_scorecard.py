@@ -26,7 +26,7 @@ of its pairs); attention's own gap growth (0). Each is guarded by attention reca
 (adjusted >= 0.9) at every P and its better arm at the fewest pairs (>= 0.5): below that
 the arm failed at the smallest K (learnability), INCONCLUSIVE.
 
-  python -m experiments.engine run scorecard --size quick --jobs 2  # ~13 min on 2 cores
+  python -m experiments.engine run scorecard --size quick --jobs 2  # 13-14 min on 2 cores
   python -m experiments.engine run scorecard --size full --jobs 2   # ~10 hours on 2 cores
   python -m experiments.engine run scorecard --size quick --mixer path/to/mine.py:Mine \
     --mixer_fields '{"num_heads": 2}'  # yours as one more arm (it must decode), never recorded
