@@ -160,9 +160,10 @@ def budgets(size, arm, point):
   return steps.get(f"{arm.name} @ {point}", steps.get(arm.name, (size.steps, size.step_cap)))
 
 
-def unit_config(arm, task, size, budget):
-  """The training config of a unit's sweeps at `budget` steps."""
-  schedule = size.schedule() | {"total_steps": budget}
+def unit_config(arm, task, size, budget, fast_compile=None):
+  """The training config of a unit's sweeps at `budget` steps (`fast_compile`: the config's,
+  jaxformer/train/config.py)."""
+  schedule = size.schedule() | {"total_steps": budget, "fast_compile": fast_compile}
   return harness.train_config(arm.rung, task, model_fields(size, arm), **schedule)
 
 
@@ -183,8 +184,9 @@ def stages(size, arm, seeds):
   return [(explore, *grid)] + ([(confirm, None, None)] if confirm else [])
 
 
-def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
-  """Trains one unit under the three rules; returns a Unit. `seeds`: exploratory first."""
+def train_unit(arm, point, task, size, seeds, *, store=None, log=print, fast_compile=None):
+  """Trains one unit under the three rules; returns a Unit. `seeds`: exploratory first;
+  `fast_compile`: its sweeps' (unit_config)."""
   (first_seeds, *grid), *later = stages(size, arm, seeds)
   # the seeds that select: the exploratory ones; where none trains (a confirmatory run of a
   # one-point grid under `confirm_only`) there is one point to take, read on every seed
@@ -198,7 +200,7 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print):
     return sweep.train(config, replicas, log=lambda text: log(f"{where}: {text}"), store=store)
 
   while True:
-    config = unit_config(arm, task, size, budget)
+    config = unit_config(arm, task, size, budget, fast_compile)
     results = [train(config, stage_one)]
     selected = select(results[0].runs, explore)
     if selected is not None and later:

@@ -82,6 +82,16 @@ def _merge(into, more):
       )
 
 
+# Sizes whose sweeps compile at XLA's short-sweep options on a CPU (sweep.FAST_COMPILE): their
+# training is short next to the compile (BENCHMARKS.md, "make run"); the others by budget
+SHORT_SIZES = ("tiny", "quick")
+
+
+def fast_compile(size_name):
+  """The `fast_compile` of a size's sweeps (jaxformer/train/config.py): True or None."""
+  return True if size_name in SHORT_SIZES else None
+
+
 def _units(experiment, size_name):
   return [(arm, point) for arm in experiment.arms for point in experiment.trained_points(size_name)]
 
@@ -98,7 +108,8 @@ def _train_one(experiment, size_name, seeds, workdir, index):
   """In a worker process: unit number `index` into the sweep store; ((arm, label), seconds)."""
   arm, point = _units(experiment, size_name)[index]
   size, store = experiment.sizes[size_name], os.path.join(workdir, "sweeps")
-  unit = policy.train_unit(arm, point, experiment.task(size, point), size, seeds, store=store)
+  unit = policy.train_unit(arm, point, experiment.task(size, point), size, seeds, store=store,
+                           fast_compile=fast_compile(size_name))  # fmt: skip
   return (arm.name, judge.label(point)), unit.seconds
 
 
@@ -133,7 +144,8 @@ def train(experiment, size_name, seeds, workdir, log=print, progress=None, jobs=
     if progress is not None:  # the unit as its sweeps' lines name it (policy.train_unit)
       progress(i, len(todo), arm.name if point is None else f"{arm.name} @ {judge.label(point)}")
     task = experiment.task(size, point)
-    unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log)
+    unit = policy.train_unit(arm, point, task, size, seeds, store=store, log=log,
+                             fast_compile=fast_compile(size_name))  # fmt: skip
     unit.seconds = seconds.get((arm.name, judge.label(point)), unit.seconds)
     units[(arm.name, judge.label(point))] = unit
     log(f"{experiment.name}: {arm.name} @ {judge.label(point)} done: budget {unit.budget}, "

@@ -99,6 +99,9 @@ def get_config(rung="transformer", size="cpu"):
   c.eval_every = 1000 if accel else 100  # steps between evals on the test split
   c.eval_batches = ml_collections.FieldReference(None, field_type=int)  # None: whole split
   c.early_stop_accuracy = ml_collections.FieldReference(None, field_type=float)  # stop at it
+  # a sweep's programs on a CPU at XLA's short-sweep options (sweep.FAST_COMPILE): True / False;
+  # None: when total_steps <= sweep.FAST_COMPILE_STEPS
+  c.fast_compile = ml_collections.FieldReference(None, field_type=bool)
   c.checkpoint_every = 2000 if accel else 300  # steps between (async) checkpoints
   c.keep_checkpoints = 3  # the last N checkpoints are kept
   c.log_every = 100 if accel else 20  # steps between metrics.jsonl / TensorBoard records

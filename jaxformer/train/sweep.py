@@ -284,7 +284,8 @@ def run_once(platform):
 # at the quick sizes (jaxformer/bench/sweep.py, 3 replicas, CPU seconds) compiling the three
 # programs takes 3.6 / 7.4 / 7.6 s by default (lstm / transformer / text LM) and 1.9 / 4.3 /
 # 3.6 s so, while a train step costs up to ~8% more (BENCHMARKS.md). That pays below about
-# 1,000 steps: quick sizes use it, full sizes (1,500 steps and more) keep XLA's defaults.
+# 1,000 steps of a quick arm, and wherever a sweep's training is short next to its compile:
+# a config's `fast_compile` says so (the experiments' tiny and quick sizes set it).
 FAST_COMPILE = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
 FAST_COMPILE_STEPS = 1000
 
@@ -314,8 +315,11 @@ def init_params(model, keys, batch_shape):
 
 
 def compiler_options(config, platform):
-  """{program: XLA options or None} of a sweep of `config` compiled for `platform`."""
-  if not (platform == "cpu" and config.total_steps <= FAST_COMPILE_STEPS):
+  """{program: XLA options or None} of a sweep of `config` compiled for `platform`: on a CPU
+  FAST_COMPILE where config.fast_compile says so, or (None) for at most FAST_COMPILE_STEPS."""
+  fast = config.get("fast_compile")
+  fast = config.total_steps <= FAST_COMPILE_STEPS if fast is None else fast
+  if not (platform == "cpu" and fast):
     return {"init": run_once(platform), "train_step": None, "eval_step": None}
   return {
     "init": run_once(platform) | {"xla_cpu_use_fusion_emitters": False},

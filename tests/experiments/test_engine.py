@@ -280,6 +280,24 @@ def test_a_one_point_grid_trains_every_seed_in_one_stage_and_arm_rates_win():
   assert policy.stages(one, arm, (100, 7, 8)) == [((100, 7, 8), (3e-3,), (0.1,))]
 
 
+def test_tiny_and_quick_sweeps_compile_at_the_short_sweep_options_full_ones_by_budget():
+  """The engine's sizes set each sweep's fast_compile (run.fast_compile): tiny and quick
+  sweeps compile at sweep.FAST_COMPILE on a CPU whatever their budget, full ones by it."""
+  from experiments import s8_skips
+  from experiments.engine import run
+  from jaxformer.train import sweep
+
+  e = s8_skips.EXPERIMENT
+  for size_name, fast in (("tiny", True), ("quick", True), ("full", False)):
+    size, arm = e.sizes[size_name], e.arms[0]
+    _, cap = policy.budgets(size, arm, None)
+    config = policy.unit_config(arm, e.task(size, None), size, cap, run.fast_compile(size_name))
+    assert cap > sweep.FAST_COMPILE_STEPS or size_name == "tiny"  # quick: 2,500 steps
+    options = sweep.compiler_options(config, "cpu")
+    assert (options["train_step"] == sweep.FAST_COMPILE) == fast, size_name
+    assert sweep.compiler_options(config, "cuda")["train_step"] is None
+
+
 @pytest.mark.parametrize("rates, match", [({"nobody": (1e-3,)}, "arm 'nobody'"),
                                           ({"weak": (3.0,)}, r"arm_rates\[weak\]")])  # fmt: skip
 def test_arm_rates_name_an_arm_and_hold_learning_rates(rates, match):

@@ -302,6 +302,11 @@ def test_short_cpu_sweeps_compile_fast_and_long_or_accelerator_ones_keep_the_def
   assert long == {"init": sweep.RUN_ONCE_CPU, "train_step": None, "eval_step": None}
   gpu = sweep.compiler_options(_config(), "cuda")  # no CPU option reaches another platform
   assert gpu == {"init": sweep.RUN_ONCE, "train_step": None, "eval_step": None}
+  said = sweep.compiler_options(
+    _config(total_steps=10 * sweep.FAST_COMPILE_STEPS, fast_compile=True), "cpu"
+  )
+  assert said == short and sweep.compiler_options(_config(fast_compile=True), "cuda") == gpu
+  assert sweep.compiler_options(_config(total_steps=4, fast_compile=False), "cpu") == long
 
 
 def test_a_stopped_replica_is_skipped_on_a_cpu_and_keeps_its_state(three):
