@@ -7,7 +7,7 @@
 
 Every declared experiment that reads the article's claims (experiments/engine/catalog.py:
 `main_job`; the scorecard, extensions alone, runs by name) runs through the verdict engine in
-its own worker process, --jobs at once, the longest first (experiments/workers.py); a size not
+one of --jobs worker processes, the longest first (experiments/workers.py); a size not
 registered yet (being sized) is skipped with a line. Each running experiment has one live line
 (experiments/board.py): its units done (an arm at a point, trained to its plateau or cap), the
 unit training now and its step, the time left at its pace so far; a bar on a terminal, an
@@ -132,7 +132,7 @@ def _define(values, argv):
     "integer",
     "jobs",
     2,
-    "Experiments run at once, each in its own worker process (on the CPU when more than one "
+    "Experiments run at once, in that many worker processes (on the CPU when more than one "
     "runs at once); keep 1 on a GPU or TPU host, whose device one process holds.",
     lower_bound=1,
   )

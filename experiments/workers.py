@@ -3,14 +3,16 @@
   tasks = [Task("cache", run_all.run_declared, "quick", "runs/ladder"), ...]
   run(tasks, jobs=2, board=board.Board(sys.stdout), on_done=lambda task, kind, payload: ...)
 
-Each task runs in a fresh spawned process (JAX does not fork safely; each has its own runtime)
-that keeps to its share of the cores (`core_sets`): unpinned, two workers' XLA thread pools
-each sized for every core and contended for both, which cost about 13% more CPU time and wall
-time (BENCHMARKS.md, `make run` workers pinned to cores). Everything a worker writes, XLA's own
-lines included, goes to <workdir>/<name>/train.log; what it sends back is its progress (the
-board's live line) and, at the end, what its runner returned or the error that stopped it. A
-worker that raises or dies (out of memory, a signal) ends as an error naming its log; the
-others run on.
+Each worker is a spawned process (JAX does not fork safely; each has its own runtime) that
+keeps to its share of the cores (`core_sets`): unpinned, two workers' XLA thread pools each
+sized for every core and contended for both, which cost about 13% more CPU time and wall time
+(BENCHMARKS.md, `make run` workers pinned to cores). A worker takes the next task as it comes
+free, so `jobs` processes start (each ~3 CPU s of imports) rather than one per task. Everything
+a worker writes while it runs a task, XLA's own lines included, goes to that task's
+<workdir>/<name>/train.log; what it sends back is its progress (the board's live line) and, at
+the end, what its runner returned or the error that stopped it. A task that raises ends as an
+error naming its log and its worker takes the next; a worker that dies (out of memory, a
+signal) ends its task so, and a fresh worker on the same cores takes the rest.
 """
 
 import dataclasses
@@ -99,22 +101,26 @@ def _first_line(error):
   return (str(error).strip().splitlines() or [""])[0]
 
 
-def _worker(task, cores, queue):
-  """A worker process: on `cores`, every line it writes into the task's train.log."""
+def _worker(cores, inbox, queue):
+  """A worker process on `cores`: each task from `inbox` until None, every line it writes
+  into that task's train.log."""
   if cores is not None:
     os.sched_setaffinity(0, cores)  # before JAX sizes its thread pools from the cores it may use
-  os.makedirs(task.folder, exist_ok=True)
-  with open(task.log_path, "a", buffering=1) as stream:
-    os.dup2(stream.fileno(), 1)
-    os.dup2(stream.fileno(), 2)
-    if hasattr(sys.stdout, "reconfigure"):
-      sys.stdout.reconfigure(line_buffering=True)
-    compile_cache.enable()
-    try:
-      out = ("result", task.runner(task, Tracker(task.name, queue, stream)))
-    except Exception as e:  # reported to the parent; the log keeps the traceback
-      traceback.print_exc()
-      out = ("error", f"{type(e).__name__}: {_first_line(e)}")
+  compile_cache.enable()
+  for task in iter(inbox.get, None):
+    os.makedirs(task.folder, exist_ok=True)
+    with open(task.log_path, "a", buffering=1) as stream:
+      os.dup2(stream.fileno(), 1)
+      os.dup2(stream.fileno(), 2)
+      if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+      try:
+        out = ("result", task.runner(task, Tracker(task.name, queue, stream)))
+      except Exception as e:  # reported to the parent; the log keeps the traceback
+        traceback.print_exc()
+        out = ("error", f"{type(e).__name__}: {_first_line(e)}")
+      sys.stdout.flush()
+      sys.stderr.flush()
     queue.put((task.name, *out))
 
 
@@ -135,6 +141,27 @@ def _receive(queue, timeout, board, ended):
       ended[name] = (kind, payload)
 
 
+class _Worker:
+  """A worker process, its inbox and cores, and the task it runs (None: idle)."""
+
+  def __init__(self, context, cores, queue):
+    self.cores, self.inbox, self.task = cores, context.Queue(), None
+    self.process = context.Process(target=_worker, args=(cores, self.inbox, queue))
+    self.process.start()
+
+  def give(self, task):
+    self.task = task
+    self.inbox.put(task)
+
+  def stop(self, timeout):
+    if self.process.is_alive():
+      self.inbox.put(None)
+      self.process.join(timeout=timeout)
+    if self.process.is_alive():  # stuck in its teardown: what it sent is all that counts
+      self.process.terminate()
+      self.process.join(timeout=10)
+
+
 def run(tasks, jobs, board, on_done, poll=0.25):
   """Runs `tasks` in order in at most `jobs` worker processes at once; calls
   on_done(task, kind, payload) as each ends: kind "result" with what its runner returned, or
@@ -146,31 +173,35 @@ def run(tasks, jobs, board, on_done, poll=0.25):
   jobs = max(1, min(jobs, len(tasks)))
   if jobs > 1:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # spawned workers read this environment
-  free = core_sets(jobs) or [None] * jobs
-  todo, running, ended = list(tasks), {}, {}
+  todo, ended = list(tasks), {}
+  pool = [_Worker(context, cores, queue) for cores in core_sets(jobs) or [None] * jobs]
   try:
-    while todo or running:
-      while todo and len(running) < jobs:
-        task, cores = todo.pop(0), free.pop(0)
-        process = context.Process(target=_worker, args=(task, cores, queue), name=task.name)
-        process.start()
-        running[task.name] = (task, process, cores)
-        board.start(task.name)
+    while todo or any(w.task for w in pool):
+      for w in pool:
+        if w.task is None and todo:
+          w.give(todo.pop(0))
+          board.start(w.task.name)
       _receive(queue, poll, board, ended)
-      for name, (task, process, cores) in list(running.items()):
-        if name not in ended and process.exitcode is not None:
+      for i, w in enumerate(pool):
+        task = w.task
+        if task is None:
+          continue
+        if task.name not in ended and w.process.exitcode is not None:
           _receive(queue, poll, board, ended)  # its last word may still be in the pipe
-          ended.setdefault(name, ("error", f"its process died (exit code {process.exitcode})"))
-        if name in ended:
-          process.join(timeout=60)
-          if process.is_alive():  # stuck in its teardown: what it sent is all that counts
-            process.terminate()
-          free.append(cores)
-          del running[name]
-          on_done(task, *ended.pop(name))
+          ended.setdefault(
+            task.name, ("error", f"its process died (exit code {w.process.exitcode})")
+          )
+          if todo:  # a fresh worker on its cores takes the rest
+            pool[i] = _Worker(context, w.cores, queue)
+        if task.name in ended:
+          pool[i].task = None
+          on_done(task, *ended.pop(task.name))
       board.tick()
   finally:
-    for _, process, _ in running.values():  # interrupted: the workers stop with this process
-      process.terminate()
-      process.join(timeout=10)
+    for w in pool:  # done, or interrupted: the workers stop with this process
+      if w.task is None:
+        w.stop(timeout=60)
+      else:
+        w.process.terminate()
+        w.process.join(timeout=10)
     board.close()

@@ -39,3 +39,8 @@ def raises(task, tracker):
 def dies(task, tracker):
   tracker.progress(0, 2, "r1")
   os._exit(3)  # as a process killed for its memory would, without a word
+
+
+def reports_process(task, tracker):
+  """Returns the id of the worker process that ran it."""
+  return {"experiment": task.name, "pid": os.getpid()}

@@ -177,6 +177,22 @@ def test_experiments_in_two_worker_processes(tmp_path):
   assert "No module named" in (tmp_path / "heads" / workers.LOG).read_text()  # its traceback
 
 
+def test_a_worker_takes_task_after_task_and_a_fresh_one_replaces_a_worker_that_died(tmp_path):
+  """One job: the first task's process dies; a fresh worker runs the next two, one after the
+  other, in the same process (a worker starts once, not once per task)."""
+  tasks = [workers.Task("beyond", run_all_stubs.dies, "tiny", str(tmp_path))]
+  tasks += [workers.Task(n, run_all_stubs.reports_process, "tiny", str(tmp_path))
+            for n in ("cache", "heads")]  # fmt: skip
+  got = {}
+  screen = board.Board(io.StringIO(), tty=False)
+  workers.run(
+    tasks, 1, screen, lambda task, kind, payload: got.update({task.name: (kind, payload)})
+  )
+  assert got["beyond"] == ("error", "its process died (exit code 3)")
+  (k1, cache), (k2, heads) = got["cache"], got["heads"]
+  assert k1 == k2 == "result" and cache["pid"] == heads["pid"] != os.getpid()
+
+
 def test_the_cores_are_dealt_among_the_jobs(monkeypatch):
   monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 0, 1, 2, 4})
   assert workers.core_sets(2) == [[0, 2, 4], [1, 3]]
