@@ -750,16 +750,43 @@ def train(config, replicas, *, log=None, keep_params=True, store=None, resume=No
     return SweepResult(config=config, runs=runs, read_back=True, continuation=kept, **stored)
   if resume is not None:
     log(f"continues from step {resume.step} (the same steps as a run of {config.total_steps})")
-  result = _train(config, replicas, train_ds, test_ds, log, keep_params, resume)
+  checkpoint, before = None, {}
+  if entry:
+    partial = sweep_store.load_partial(store, entry)
+    if partial is not None:  # this sweep's own checkpoint: the same run, later
+      (kept, before), where = partial, os.path.join(store, entry + sweep_store.PARTIAL)
+      rows = {Replica(*replica): row for replica, row in kept["rows"]}
+      resume = Continuation(kept["step"], rows, kept["basis"])
+      log(f"resumes at step {resume.step} from its checkpoint {where}")
+
+    def checkpoint(continuation, fields):
+      why = sweep_store.save_partial(store, entry, continuation, fields)
+      if why:
+        log(f"checkpoint at step {continuation.step} not written ({why})")
+
+  result = _train(config, replicas, train_ds, test_ds, log, keep_params, resume, checkpoint,
+                  before)  # fmt: skip
   if entry:
     why = sweep_store.save(store, entry, result)
     if why:
       log(f"not stored in {store} ({why}): a resumed run trains this sweep again")
+    else:
+      sweep_store.drop_partial(store, entry)
   return result
 
 
-def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
-  """sweep.train's training, on the resolved config and the in-memory splits."""
+# Seconds of training between a stored sweep's checkpoints (sweep_store.save_partial): a run
+# stopped or crashed part-way loses at most this much of it
+CHECKPOINT_SECONDS = 600.0
+
+
+def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None, checkpoint=None,
+           before=None):  # fmt: skip
+  """sweep.train's training, on the resolved config and the in-memory splits. `checkpoint
+  (continuation, fields)`: called every CHECKPOINT_SECONDS at an evaluation while replicas
+  train (never once a longer run's continuation is taken: it would be lost); `before`: the
+  fields of the checkpoint `resume` is (its first step, its training seconds before it)."""
+  before = before or {}
   chance, chance_rule = data.chance(train_ds)
   real = len(replicas)  # the rest, copies of the last, never train (padded_count)
   replicas = [*replicas] + [replicas[-1]] * (
@@ -839,7 +866,8 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
       }
     return Continuation(s, rows, _basis(config))
 
-  start = time.perf_counter()
+  start = last_checkpoint = time.perf_counter()
+  earlier = before.get("train_seconds", 0.0)  # a checkpoint's training before this process
   while s < config.total_steps and active.any():
     batches = [next(loaders[seed]) for seed in seeds]
     batch = {k: put(np.stack([batches[i][k] for i in row])) for k in batches[0]}
@@ -872,12 +900,23 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
         f"step {s}/{config.total_steps}: {int(active.sum())}/{real} replicas training, "
         f"best validation accuracy {best:.3f}"
       )
+      now = time.perf_counter()
+      if (
+        checkpoint
+        and continuation is None
+        and active.any()
+        and s < config.total_steps
+        and (now - last_checkpoint >= CHECKPOINT_SECONDS)
+      ):
+        first = before.get("first_step", 0 if resume is None else resume.step)
+        checkpoint(capture(), {"first_step": first, "train_seconds": earlier + now - start})
+        last_checkpoint = now
     if s == until:
       continuation = capture()
   if continuation is None and s < until:  # every replica stopped before `until`: so would a
     continuation = capture()  # longer run's, at the same step
   jax.block_until_ready(state)
-  train_seconds = time.perf_counter() - start
+  train_seconds = earlier + time.perf_counter() - start
 
   runs = [
     Run(r.seed, lrs[i], wds[i], losses[i], evals[i], len(losses[i]), stop_reason[i])
@@ -896,6 +935,6 @@ def _train(config, replicas, train_ds, test_ds, log, keep_params, resume=None):
     compile_seconds=compile_seconds,
     train_seconds=train_seconds,
     steps=s,
-    first_step=0 if resume is None else resume.step,
+    first_step=before.get("first_step", 0 if resume is None else resume.step),
     continuation=continuation,
   )

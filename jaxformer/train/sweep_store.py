@@ -22,6 +22,12 @@ written under a temporary name and renamed when complete, so a crash mid-write l
 entry. A sweep that cannot be stored (params whose leaves are not plain numeric arrays, a
 full disk) is still returned, and `sweep.train` logs why it was not stored; it trains again
 on resume.
+
+A sweep part-way is not lost either: every sweep.CHECKPOINT_SECONDS of training `sweep.train`
+writes `<key>.partial/` (the training state of every replica at an evaluation, with its
+losses, evaluations and flags: a sweep.Continuation), replacing the one before; the same call
+after a crash or a stop resumes there and ends as the uninterrupted run would, and the
+checkpoint goes once the finished sweep is stored.
 """
 
 import dataclasses
@@ -146,20 +152,45 @@ def load(directory, key_):
   runs = [r | {"evals": [tuple(e) for e in r["evals"]]} for r in meta["runs"]]
   continuation = meta.get("continuation")
   if continuation is not None:
-    with np.load(os.path.join(entry, _CONTINUATION), allow_pickle=False) as z:
-      leaves = [z[f"leaf_{j}"] for j in range(len(z.files))]
-    rows = []
-    for i, row in enumerate(continuation["rows"]):
-      replica = tuple(row.pop("replica"))
-      row["evals"] = [tuple(e) for e in row["evals"]]
-      rows.append((replica, row | {"state": [x[i] for x in leaves]}))
-    continuation = continuation | {"rows": rows}
+    continuation = _read_continuation(entry, continuation)
   return {
     "runs": runs,
     "params": params,
     "continuation": continuation,
     "first_step": meta.get("first_step", 0),
   } | {k: meta[k] for k in _SCALARS}
+
+
+def _continuation_parts(c):
+  """(its JSON fields, {leaf_j: the state's leaf j stacked over replicas}) of a
+  sweep.Continuation."""
+  rows = list(c.rows.items())
+  state = {
+    f"leaf_{j}": np.stack([row["state"][j] for _, row in rows])
+    for j in range(len(rows[0][1]["state"]))
+  }
+  meta = {
+    "step": c.step,
+    "basis": c.basis,
+    "rows": [
+      {"replica": dataclasses.astuple(r)} | {k: v for k, v in row.items() if k != "state"}
+      for r, row in rows
+    ],
+  }
+  return meta, state
+
+
+def _read_continuation(entry, meta):
+  """A continuation's fields with its rows [(replica tuple, row with its state leaves)], read
+  from `entry`'s continuation.npz."""
+  with np.load(os.path.join(entry, _CONTINUATION), allow_pickle=False) as z:
+    leaves = [z[f"leaf_{j}"] for j in range(len(z.files))]
+  rows = []
+  for i, row in enumerate(meta["rows"]):
+    replica = tuple(row.pop("replica"))
+    row["evals"] = [tuple(e) for e in row["evals"]]
+    rows.append((replica, row | {"state": [x[i] for x in leaves]}))
+  return meta | {"rows": rows}
 
 
 def save(directory, key_, result):
@@ -177,20 +208,7 @@ def save(directory, key_, result):
   } | {k: getattr(result, k) for k in (*_SCALARS, "first_step")}
   state = None
   if result.continuation is not None:
-    c = result.continuation
-    rows = list(c.rows.items())
-    state = {
-      f"leaf_{j}": np.stack([row["state"][j] for _, row in rows])
-      for j in range(len(rows[0][1]["state"]))
-    }
-    meta["continuation"] = {
-      "step": c.step,
-      "basis": c.basis,
-      "rows": [
-        {"replica": dataclasses.astuple(r)} | {k: v for k, v in row.items() if k != "state"}
-        for r, row in rows
-      ],
-    }
+    meta["continuation"], state = _continuation_parts(result.continuation)
   final = os.path.join(directory, key_)
   if os.path.isdir(final):
     return None
@@ -213,3 +231,52 @@ def save(directory, key_, result):
     if scratch is not None and os.path.isdir(scratch):
       shutil.rmtree(scratch, ignore_errors=True)
   return None
+
+
+# A sweep part-way: `<key>.partial/` holds its latest checkpoint (sweep.train writes one every
+# CHECKPOINT_SECONDS of training, and removes it once the finished sweep is stored).
+PARTIAL = ".partial"
+_PARTIAL_META = "partial.json"
+
+
+def save_partial(directory, key_, continuation, fields):
+  """Writes the checkpoint of sweep `key_`: every replica at `continuation.step` (a
+  sweep.Continuation) and `fields` (JSON: what the finished result needs from before it),
+  replacing the one before. Returns None when written, else why not (nothing is lost then:
+  the checkpoint before stays)."""
+  meta, state = _continuation_parts(continuation)
+  final = os.path.join(directory, key_ + PARTIAL)
+  scratch = old = None
+  try:
+    os.makedirs(directory, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f".{key_}.partial.", dir=directory)
+    np.savez(os.path.join(scratch, _CONTINUATION), **state)
+    with open(os.path.join(scratch, _PARTIAL_META), "w") as f:
+      json.dump({"format": FORMAT, "continuation": meta, "fields": fields}, f)
+    if os.path.isdir(final):
+      old = tempfile.mkdtemp(prefix=f".{key_}.old.", dir=directory)
+      os.rename(final, os.path.join(old, "entry"))
+    os.rename(scratch, final)
+  except OSError as e:
+    return f"{type(e).__name__}: {e}"
+  finally:
+    for path in (scratch, old):
+      if path is not None and os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+  return None
+
+
+def load_partial(directory, key_):
+  """(the continuation's fields with its rows, as `load` gives them; the saved `fields`) of
+  sweep `key_`'s checkpoint, or None if it has none."""
+  entry = os.path.join(directory, key_ + PARTIAL)
+  if not os.path.isfile(os.path.join(entry, _PARTIAL_META)):
+    return None
+  with open(os.path.join(entry, _PARTIAL_META)) as f:
+    meta = json.load(f)
+  return _read_continuation(entry, meta["continuation"]), meta["fields"]
+
+
+def drop_partial(directory, key_):
+  """Removes sweep `key_`'s checkpoint (its finished entry is stored)."""
+  shutil.rmtree(os.path.join(directory, key_ + PARTIAL), ignore_errors=True)

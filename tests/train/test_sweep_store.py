@@ -81,6 +81,41 @@ def test_a_failed_write_leaves_no_entry_and_loses_no_result(tmp_path, monkeypatc
   assert os.listdir(tmp_path) == []  # neither an entry nor its temporary directory
 
 
+class _Died(Exception):
+  """The process stopping part-way (a crash, a session's end)."""
+
+
+def test_a_sweep_stopped_part_way_resumes_from_its_checkpoint_to_the_same_result(
+  tmp_path, monkeypatch
+):
+  """A checkpoint at every evaluation (CHECKPOINT_SECONDS 0); the run stops right after the
+  one at step 4 of 8; the same call then resumes there, trains the steps after it alone and
+  ends exactly as an uninterrupted run, and its checkpoint goes once the sweep is stored."""
+  config, store = _config(total_steps=8), str(tmp_path)
+  whole = sweep.train(config, REPLICAS)  # no store: never checkpointed
+  monkeypatch.setattr(sweep, "CHECKPOINT_SECONDS", 0.0)
+  save, steps = sweep_store.save_partial, []
+
+  def stops_after_step_4(directory, key_, continuation, fields):
+    assert save(directory, key_, continuation, fields) is None
+    steps.append(continuation.step)
+    if continuation.step == 4:
+      raise _Died
+
+  monkeypatch.setattr(sweep_store, "save_partial", stops_after_step_4)
+  with pytest.raises(_Died):
+    sweep.train(config, REPLICAS, store=store)
+  assert steps == [2, 4] and os.listdir(store) == [_key(config) + sweep_store.PARTIAL]
+  lines = []
+  again = sweep.train(config, REPLICAS, store=store, log=lines.append)
+  assert any("resumes at step 4 from its checkpoint" in line for line in lines), lines
+  assert steps == [2, 4, 6]  # the resumed run trained steps 5-8 alone
+  assert again.runs == whole.runs and again.first_step == whole.first_step == 0
+  for a, b in zip(jax.tree.leaves(again.params), jax.tree.leaves(whole.params), strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert os.listdir(store) == [_key(config)]  # stored, its checkpoint removed
+
+
 def test_params_that_are_not_plain_arrays_are_not_stored(tmp_path):
   result = sweep.SweepResult(None, [], {"w": np.zeros(2, jax.numpy.bfloat16)}, 0.5, "", 0, 0, 0)
   assert "not plain numeric arrays" in sweep_store.save(str(tmp_path), "k", result)
