@@ -7,13 +7,14 @@ with one reading per arm per P."""
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from experiments import s1_fixed_memory as fixed_memory
 from experiments import s9_scorecard as m
-from experiments.engine import declare, judge, page, records, run, stats
+from experiments.engine import declare, judge, page, records, registry, run, stats
 from jaxformer import data, ladder, mixers
 from jaxformer.analysis import cost
 from jaxformer.data import tasks
@@ -246,3 +247,17 @@ def test_the_tiny_size_runs_end_to_end_with_one_reading_per_arm_per_p(tmp_path):
   assert os.path.getsize(os.path.join(folder, "scorecard_tiny.png")) > 1000
   with open(os.path.join(folder, page.PAGE)) as f:
     assert f.read() == page.render(small, folder)
+
+
+def test_the_readme_draws_the_scorecard_of_the_largest_size_on_file():
+  """The README's scorecard figure is the recall-vs-state figure of the largest record in
+  results/scorecard/ (full once filed, else quick): a new record leaves it stale, failing here,
+  until the README follows."""
+  folder = os.path.join(registry.RESULTS, "scorecard")
+  size = next(
+    s for s in ("accel", "full", "quick") if os.path.exists(os.path.join(folder, f"{s}.json"))
+  )
+  with open(os.path.join(os.path.dirname(registry.RESULTS), "README.md"), encoding="utf-8") as f:
+    shown = re.findall(r"results/scorecard/scorecard_(\w+)\.png", f.read())
+  assert shown == [size], f"README.md draws {shown}; the largest scorecard record is {size}"
+  assert os.path.getsize(os.path.join(folder, f"scorecard_{size}.png")) > 1000
