@@ -258,6 +258,8 @@ def save_partial(directory, key_, continuation, fields):
       os.rename(final, os.path.join(old, "entry"))
     os.rename(scratch, final)
   except OSError as e:
+    if old is not None and not os.path.isdir(final):  # the one before, back in its place
+      os.rename(os.path.join(old, "entry"), final)
     return f"{type(e).__name__}: {e}"
   finally:
     for path in (scratch, old):

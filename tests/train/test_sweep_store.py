@@ -116,6 +116,28 @@ def test_a_sweep_stopped_part_way_resumes_from_its_checkpoint_to_the_same_result
   assert os.listdir(store) == [_key(config)]  # stored, its checkpoint removed
 
 
+def test_a_checkpoint_that_cannot_be_written_keeps_the_one_before(tmp_path, monkeypatch):
+  def at(step):
+    row = {"state": [np.full(3, step, np.float32)], "losses": [1.0] * step, "evals": [],
+           "active": True, "running": True, "stop_reason": "completed"}  # fmt: skip
+    return sweep.Continuation(step, {REPLICAS[0]: row}, "basis")
+
+  assert sweep_store.save_partial(str(tmp_path), "k", at(2), {"first_step": 0}) is None
+  rename = os.rename
+
+  def fails_into_place(src, dst):
+    if dst.endswith("k" + sweep_store.PARTIAL) and ".partial." in src:
+      raise OSError("disk full")
+    rename(src, dst)
+
+  monkeypatch.setattr(sweep_store.os, "rename", fails_into_place)
+  assert "disk full" in sweep_store.save_partial(str(tmp_path), "k", at(4), {"first_step": 0})
+  kept, fields = sweep_store.load_partial(str(tmp_path), "k")
+  assert kept["step"] == 2 and fields == {"first_step": 0}
+  np.testing.assert_array_equal(kept["rows"][0][1]["state"][0], np.full(3, 2, np.float32))
+  assert sorted(os.listdir(tmp_path)) == ["k" + sweep_store.PARTIAL]  # no scratch left
+
+
 def test_params_that_are_not_plain_arrays_are_not_stored(tmp_path):
   result = sweep.SweepResult(None, [], {"w": np.zeros(2, jax.numpy.bfloat16)}, 0.5, "", 0, 0, 0)
   assert "not plain numeric arrays" in sweep_store.save(str(tmp_path), "k", result)
