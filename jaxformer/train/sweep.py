@@ -695,6 +695,12 @@ class Continuation:
     return Continuation(self.step, {r: self.rows[r] for r in replicas}, self.basis)
 
   @staticmethod
+  def stored(fields):
+    """The Continuation of a sweep store's fields (sweep_store.load, load_partial)."""
+    rows = {Replica(*replica): row for replica, row in fields["rows"]}
+    return Continuation(fields["step"], rows, fields["basis"])
+
+  @staticmethod
   def merge(parts):
     """One Continuation of the replicas of several (sweeps of one config at one step)."""
     parts = [p for p in parts if p is not None]
@@ -745,8 +751,7 @@ def train(config, replicas, *, log=None, keep_params=True, store=None, resume=No
     runs = [Run(**r) for r in stored.pop("runs")]
     kept = stored.pop("continuation")
     if kept is not None:
-      rows = {Replica(*replica): row for replica, row in kept["rows"]}
-      kept = Continuation(kept["step"], rows, kept["basis"])
+      kept = Continuation.stored(kept)
     return SweepResult(config=config, runs=runs, read_back=True, continuation=kept, **stored)
   if resume is not None:
     log(f"continues from step {resume.step} (the same steps as a run of {config.total_steps})")
@@ -755,8 +760,7 @@ def train(config, replicas, *, log=None, keep_params=True, store=None, resume=No
     partial = sweep_store.load_partial(store, entry)
     if partial is not None:  # this sweep's own checkpoint: the same run, later
       (kept, before), where = partial, os.path.join(store, entry + sweep_store.PARTIAL)
-      rows = {Replica(*replica): row for replica, row in kept["rows"]}
-      resume = Continuation(kept["step"], rows, kept["basis"])
+      resume = Continuation.stored(kept)
       log(f"resumes at step {resume.step} from its checkpoint {where}")
 
     def checkpoint(continuation, fields):
