@@ -212,24 +212,46 @@ def save(directory, key_, result):
   final = os.path.join(directory, key_)
   if os.path.isdir(final):
     return None
-  scratch = None
+  files = {_META: meta}
+  if flat is not None:
+    files[_PARAMS] = flat
+  if state is not None:
+    files[_CONTINUATION] = state
+  why = _write_dir(directory, key_, files, replace=False)
+  if why and os.path.isfile(os.path.join(final, _META)):  # another process stored the same sweep
+    return None
+  return why
+
+
+def _write_dir(directory, name, files, *, replace):
+  """Writes `files` ({file name: JSON-able object, or {name: array} for a .npz}) as the
+  directory `name` under `directory`, whole or not at all: into a scratch directory renamed
+  into place. `replace`: an existing `name` is moved aside first and put back if the rename
+  fails; else the rename fails on it. Returns None when written, else why not."""
+  final = os.path.join(directory, name)
+  scratch = old = None
   try:
     os.makedirs(directory, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f".{key_}.", dir=directory)
-    if flat is not None:
-      np.savez(os.path.join(scratch, _PARAMS), **flat)
-    if state is not None:
-      np.savez(os.path.join(scratch, _CONTINUATION), **state)
-    with open(os.path.join(scratch, _META), "w") as f:
-      json.dump(meta, f)
+    scratch = tempfile.mkdtemp(prefix=f".{name}.", dir=directory)
+    for file, content in files.items():
+      path = os.path.join(scratch, file)
+      if file.endswith(".npz"):
+        np.savez(path, **content)
+      else:
+        with open(path, "w") as f:
+          json.dump(content, f)
+    if replace and os.path.isdir(final):
+      old = tempfile.mkdtemp(prefix=f".{name}.old.", dir=directory)
+      os.rename(final, os.path.join(old, "entry"))
     os.rename(scratch, final)
   except OSError as e:
-    if os.path.isfile(os.path.join(final, _META)):  # another process stored the same sweep
-      return None
+    if old is not None and not os.path.isdir(final):  # the one before, back in its place
+      os.rename(os.path.join(old, "entry"), final)
     return f"{type(e).__name__}: {e}"
   finally:
-    if scratch is not None and os.path.isdir(scratch):
-      shutil.rmtree(scratch, ignore_errors=True)
+    for path in (scratch, old):
+      if path is not None and os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
   return None
 
 
@@ -245,27 +267,11 @@ def save_partial(directory, key_, continuation, fields):
   replacing the one before. Returns None when written, else why not (nothing is lost then:
   the checkpoint before stays)."""
   meta, state = _continuation_parts(continuation)
-  final = os.path.join(directory, key_ + PARTIAL)
-  scratch = old = None
-  try:
-    os.makedirs(directory, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f".{key_}.partial.", dir=directory)
-    np.savez(os.path.join(scratch, _CONTINUATION), **state)
-    with open(os.path.join(scratch, _PARTIAL_META), "w") as f:
-      json.dump({"format": FORMAT, "continuation": meta, "fields": fields}, f)
-    if os.path.isdir(final):
-      old = tempfile.mkdtemp(prefix=f".{key_}.old.", dir=directory)
-      os.rename(final, os.path.join(old, "entry"))
-    os.rename(scratch, final)
-  except OSError as e:
-    if old is not None and not os.path.isdir(final):  # the one before, back in its place
-      os.rename(os.path.join(old, "entry"), final)
-    return f"{type(e).__name__}: {e}"
-  finally:
-    for path in (scratch, old):
-      if path is not None and os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
-  return None
+  files = {
+    _CONTINUATION: state,
+    _PARTIAL_META: {"format": FORMAT, "continuation": meta, "fields": fields},
+  }
+  return _write_dir(directory, key_ + PARTIAL, files, replace=True)
 
 
 def load_partial(directory, key_):

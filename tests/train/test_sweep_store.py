@@ -123,10 +123,11 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_one_before(tmp_path, monk
     return sweep.Continuation(step, {REPLICAS[0]: row}, "basis")
 
   assert sweep_store.save_partial(str(tmp_path), "k", at(2), {"first_step": 0}) is None
-  rename = os.rename
+  rename, tries = os.rename, []
 
-  def fails_into_place(src, dst):
-    if dst.endswith("k" + sweep_store.PARTIAL) and ".partial." in src:
+  def fails_into_place(src, dst):  # the new checkpoint's move into place, not the put-back
+    if dst.endswith("k" + sweep_store.PARTIAL) and not tries:
+      tries.append(src)
       raise OSError("disk full")
     rename(src, dst)
 
