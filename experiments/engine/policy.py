@@ -99,7 +99,10 @@ class Unit:
   selected: tuple | None  # (learning_rate, weight_decay); None: every point diverged
   budget: int
   history: list
-  seconds: float
+  seconds: float  # wall, of the call that returned it (a sweep read back takes ~0)
+  # compiling and training of every sweep at every budget, as each sweep measured it when it
+  # trained (kept in the sweep store): the unit's cost wherever and whenever it trained
+  sweep_seconds: float = 0.0
 
   @property
   def result(self):
@@ -184,6 +187,16 @@ def stages(size, arm, seeds):
   return [(explore, *grid)] + ([(confirm, None, None)] if confirm else [])
 
 
+def replica_steps(size, arm, point, seeds):
+  """A unit's cost before any extension: its first budget times the replicas of its stages
+  (`stages`). `--jobs` workers take the costliest units first (engine/run.py)."""
+  first, _ = budgets(size, arm, point)
+  return first * sum(
+    len(seeds_) * (len(lrs) * len(wds) if lrs else 1)
+    for seeds_, lrs, wds in stages(size, arm, seeds)
+  )
+
+
 def train_unit(arm, point, task, size, seeds, *, store=None, log=print, fast_compile=None):
   """Trains one unit under the three rules; returns a Unit. `seeds`: exploratory first;
   `fast_compile`: its sweeps' (unit_config)."""
@@ -196,8 +209,12 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print, fast_com
   budget, history, start = first, [], time.perf_counter()
   where = arm.name if point is None else f"{arm.name} @ {point}"
 
+  spent = []
+
   def train(config, replicas):
-    return sweep.train(config, replicas, log=lambda text: log(f"{where}: {text}"), store=store)
+    result = sweep.train(config, replicas, log=lambda text: log(f"{where}: {text}"), store=store)
+    spent.append(result.compile_seconds + result.train_seconds)
+    return result
 
   while True:
     config = unit_config(arm, task, size, budget, fast_compile)
@@ -208,7 +225,7 @@ def train_unit(arm, point, task, size, seeds, *, store=None, log=print, fast_com
     unit = Unit(arm.name, point, arm.rung, results, tuple(seeds), selected, budget, history, 0.0)
     learning = selected is not None and any(s in GROWING for s in unit.plateau())
     if not learning or budget >= cap:
-      unit.seconds = time.perf_counter() - start
+      unit.seconds, unit.sweep_seconds = time.perf_counter() - start, sum(spent)
       return unit
     grown = min(cap, budget * GROWTH)
     history.append(f"budget {budget} -> {grown} steps: a selected replica still learning")

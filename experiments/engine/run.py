@@ -113,20 +113,29 @@ def _train_one(experiment, size_name, seeds, workdir, index):
   return (arm.name, judge.label(point)), unit.seconds
 
 
+def longest_first(experiment, size_name, seeds):
+  """The indices of the size's units, the most replica-steps first (policy.replica_steps),
+  in declared order among equals: the order `jobs` workers take them in, so that the longest
+  unit does not start last while the other workers idle."""
+  size, units = experiment.sizes[size_name], _units(experiment, size_name)
+  cost = [policy.replica_steps(size, arm, point, seeds) for arm, point in units]
+  return sorted(range(len(units)), key=lambda i: -cost[i])
+
+
 def _train_in_workers(experiment, size_name, seeds, workdir, jobs):
-  """The units, in order, to `jobs` spawned processes, each on its own cores (JAX does not
-  fork safely), each taking the next unit as it comes free (units differ in cost by 10x:
-  dealt out in advance, one worker could idle for hours); {(arm, label): seconds} of the
-  training each did."""
+  """The units, longest first (`longest_first`), to `jobs` spawned processes, each on its own
+  cores (JAX does not fork safely), each taking the next unit as it comes free (units differ
+  in cost by 10x: dealt out in advance, one worker could idle for hours); {(arm, label):
+  seconds} of the training each did."""
   context = multiprocessing.get_context("spawn")
   cores = context.Queue()
   for mine in workers.core_sets(jobs) or [None] * jobs:
     cores.put(mine)
-  n = len(_units(experiment, size_name))
+  order = longest_first(experiment, size_name, seeds)
   with concurrent.futures.ProcessPoolExecutor(
     jobs, mp_context=context, initializer=_pin, initargs=(cores,)
   ) as pool:
-    done = [pool.submit(_train_one, experiment, size_name, seeds, workdir, i) for i in range(n)]
+    done = [pool.submit(_train_one, experiment, size_name, seeds, workdir, i) for i in order]
     return dict(future.result() for future in done)
 
 
@@ -191,6 +200,7 @@ def _unit_json(unit):
     "chance": unit.result.chance,
     "chance_rule": unit.result.chance_rule,
     "seconds": round(unit.seconds, 1),
+    "sweep_seconds": round(unit.sweep_seconds, 1),
     "replicas": [
       {
         "seed": r.seed,

@@ -363,10 +363,34 @@ def test_a_records_confirmatory_values_come_from_either_seed_order():
   assert records.confirmatory(record, [0.5]).tolist() == [0.5]  # not a per-seed list
 
 
+def test_workers_take_the_costliest_units_first():
+  """The full scorecard: its arms at a one-point grid and 5,000 steps (six seeds in one
+  stage) go to the workers before the 3,000-step arms (the exploratory seeds at each rate,
+  then the confirmatory ones), in declared order among equals."""
+  from experiments import s9_scorecard
+  from experiments.engine import run
+
+  e = s9_scorecard.EXPERIMENT
+  size, seeds = e.sizes["full"], run.seed_order(e, "full", registry.entry(e, "full"))
+  units, order = run._units(e, "full"), run.longest_first(e, "full", seeds)
+  assert sorted(order) == list(range(len(units)))
+  cost = [policy.replica_steps(size, arm, point, seeds) for arm, point in units]
+  explore, confirm = len(size.exploratory_seeds), len(seeds) - len(size.exploratory_seeds)
+  for (arm, point), c in zip(units, cost, strict=True):
+    first, _ = policy.budgets(size, arm, point)
+    grid = len(size.rates(arm)) * len(size.weight_decays)
+    assert c == first * (len(seeds) if grid == 1 else explore * grid + confirm), arm.name
+  assert [cost[i] for i in order] == sorted(cost, reverse=True)
+  longest = [i for i in order if cost[i] == max(cost)]
+  assert longest == sorted(longest) and units[order[0]][0].name == "linear_16"
+  assert max(cost) > min(cost)
+
+
 def test_units_trained_in_two_worker_processes_read_as_trained_in_one(tmp_path):
   """normalization's tiny size with jobs=2: the units train in two spawned workers, into the
   sweep store the run then reads every unit back from; the record matches a run in one
-  process, replica for replica, with each unit's training seconds from its worker."""
+  process, replica for replica, with each unit's training seconds from its worker and its
+  sweeps' seconds as they measured them."""
   from experiments import s6_normalization
   from experiments.engine import run
 
@@ -382,5 +406,7 @@ def test_units_trained_in_two_worker_processes_read_as_trained_in_one(tmp_path):
   for a, b in zip(one["units"], two["units"], strict=True):
     assert (a["arm"], a["point"], a["replicas"]) == (b["arm"], b["point"], b["replicas"])
     assert b["seconds"] > 0.05  # the worker's training, not the read-back
+    # the sweeps' own compile and training seconds, kept in the store: read back as measured
+    assert 0.05 < a["sweep_seconds"] <= a["seconds"] and 0.05 < b["sweep_seconds"] <= b["seconds"]
   assert one["metrics"] == two["metrics"]
   assert [c["verdict"] for c in one["criteria"]] == [c["verdict"] for c in two["criteria"]]
