@@ -50,7 +50,7 @@ def _parser():
     help="the sizing run: exploratory seeds alone, unregistered, never recorded",
   )
   r.add_argument("--jobs", type=int, default=1,
-                 help="worker processes that train the units, each on its own cores")  # fmt: skip
+                 help="worker processes that train the units, each on its own cores, costliest first")  # fmt: skip
   r.add_argument("--mixer", help="scorecard: your mixer, 'package.module:Class' or 'file.py:Class'")
   r.add_argument("--mixer_fields", help="scorecard: your mixer's fields, a JSON object")
   g = sub.add_parser("register", help="register the declaration at a size as a new version")
