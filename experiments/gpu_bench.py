@@ -120,7 +120,7 @@ def probe(expect_backend):
     sys.exit(1)
 
 
-def _child(args, timeout, stdout_path=None, log_path=None):
+def child(args, timeout, stdout_path=None, log_path=None):
   """Runs `python -m experiments.<args>`; (status, returncode, wall seconds, stdout)."""
   cmd = [sys.executable, "-m", *args]
   start = time.perf_counter()
@@ -153,12 +153,12 @@ def run(out_dir, plan, expect_backend=BACKEND, command=None):
   if expect_backend is not None:
     probe_args.append(f"--expect-backend={expect_backend}")
   log = os.path.join(out_dir, "probe.log")
-  status, code, _, out = _child(probe_args, PROBE_TIMEOUT_S, log_path=log)
-  summary["environment"] = _last_json(out)
+  status, code, _, out = child(probe_args, PROBE_TIMEOUT_S, log_path=log)
+  summary["environment"] = last_json(out)
   summary["probe"] = dict(status=status, returncode=code, log="probe.log")
   print(f"probe: {status}; {summary['environment']}", flush=True)
   if status != "ok":
-    _tail(log)
+    tail(log)
   else:
     for name, args, timeout in plan:
       summary["suites"][name] = _suite(out_dir, name, args, timeout)
@@ -180,12 +180,12 @@ def _suite(out_dir, name, args, timeout):
   bench_args = ["experiments.bench", name, *args, "--json"]
   log = os.path.join(out_dir, f"{name}.log")
   print(f"== {name} {' '.join(args)} (timeout {timeout}s)", flush=True)
-  status, code, wall, out = _child(bench_args, timeout, os.path.join(out_dir, f"{name}.json"), log)
-  result = _last_json(out) if status == "ok" else None
+  status, code, wall, out = child(bench_args, timeout, os.path.join(out_dir, f"{name}.json"), log)
+  result = last_json(out) if status == "ok" else None
   if status == "ok" and result is None:
     status = "bad_output"
   if status != "ok":
-    _tail(log)
+    tail(log)
   print(f"   {status} in {wall:.0f} s", flush=True)
   return dict(
     status=status,
@@ -198,7 +198,7 @@ def _suite(out_dir, name, args, timeout):
   )
 
 
-def _last_json(text):
+def last_json(text):
   """The JSON object on the last line of `text`, or None."""
   lines = text.strip().splitlines()
   try:
@@ -207,7 +207,7 @@ def _last_json(text):
     return None
 
 
-def _tail(path, lines=8):
+def tail(path, lines=8):
   with open(path) as f:
     print("".join(f.readlines()[-lines:]), file=sys.stderr, end="")
 
