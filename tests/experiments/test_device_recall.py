@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -101,12 +102,17 @@ def test_wrong_backend_trains_nothing(tmp_path):
 
 def test_an_experiment_the_budget_cannot_start_is_reported_and_fails_the_run(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # relative paths: from here, not from the children's directory
-  monkeypatch.setenv("JAXFORMER_DATA_DIR", str(tmp_path / "data"))  # what `prepare` stops
-  with pytest.raises(SystemExit) as stop:  # the probe alone outlasts a budget of 1 s
+  probe = '{"backend": "cpu"}'
+  monkeypatch.setattr(m.gpu_bench, "child", lambda *a, **k: ("ok", 0, 0.1, probe))
+  monkeypatch.setattr(
+    m, "prepare", lambda specs, timeout: (time.sleep(timeout), ("ok", timeout))[1]
+  )
+  with pytest.raises(SystemExit) as stop:  # the data take the whole budget of 1 s
     m.main(["out", "--dry-run", "--budget_s=1", "--workdir=w"])
-  assert stop.value.code == 1 and (tmp_path / "w" / "probe.log").exists()
+  assert stop.value.code == 1 and (tmp_path / "w").is_dir()
   report = json.loads((tmp_path / "out" / "device_recall.json").read_text())
-  assert report["dry_run"] and report["environment"]["backend"] == "cpu"
+  assert report["dry_run"] and report["environment"] == {"backend": "cpu"}
+  assert report["data"]["status"] == "ok" and len(report["data"]["specs"]) == 3
   assert {n: e["status"] for n, e in report["experiments"].items()} == {
     "fixed_memory": "not started: out of time",
     "scorecard": "not started: out of time",
