@@ -16,4 +16,8 @@ done
 cp $HERE/pack_run.py $HERE/pack_unit.py $HERE/persist.sh $SC/
 make .venv/.installed >/dev/null
 nohup .venv/bin/python $SC/pack_run.py $(( $(date +%s) + MINUTES * 60 )) >> $SC/pack.log 2>&1 &
+# every 5 minutes while the scheduler runs: a unit's finished stage (its exploratory sweep) is
+# kept too, should the session end before the unit does
+nohup bash -c "while kill -0 $! 2>/dev/null; do sleep 300; $SC/persist.sh; done" \
+  >> $SC/persist.log 2>&1 &
 echo "started; units done: $(wc -l < $SC/packed_done.txt) of 23; log $SC/pack.log"
