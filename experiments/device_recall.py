@@ -32,6 +32,7 @@ workers. Where the budget stops it, a second call on the same machine resumes.
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -154,20 +155,30 @@ def run_one(name, out_dir, workdir, jobs, dry_run):
       shutil.copy(os.path.join(folder, path), os.path.join(out_dir, path))
 
 
+def run_group(cmd, log_path, timeout):
+  """`cmd` in its own process group, its output into log_path; a timeout kills the whole
+  group (an experiment's unit workers would otherwise hold the device while the next one
+  trains). (status, wall seconds)."""
+  start = time.perf_counter()
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=gpu_bench.REPO,
+                            start_new_session=True)  # fmt: skip
+    try:
+      code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+      return "timeout", time.perf_counter() - start
+  return ("ok" if code == 0 else f"failed (exit {code})"), time.perf_counter() - start
+
+
 def _child(name, values, out_dir, timeout):
   """`name` in its own process, its output into out_dir/name.log; (status, wall seconds)."""
   cmd = [sys.executable, "-m", "experiments.device_recall", out_dir, f"--child={name}",
          f"--jobs={values.jobs}", f"--workdir={values.workdir}"]  # fmt: skip
   if values["dry-run"].value:
     cmd.append("--dry-run")
-  start = time.perf_counter()
-  with open(os.path.join(out_dir, f"{name}.log"), "w") as log:
-    try:
-      code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                            cwd=gpu_bench.REPO).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-      return "timeout", time.perf_counter() - start
-  return ("ok" if code == 0 else f"failed (exit {code})"), time.perf_counter() - start
+  return run_group(cmd, os.path.join(out_dir, f"{name}.log"), timeout)
 
 
 def main_run(values, out_dir, command):

@@ -119,6 +119,21 @@ def test_an_experiment_the_budget_cannot_start_is_reported_and_fails_the_run(tmp
   }
 
 
+def test_a_timeout_kills_the_experiments_whole_process_group(tmp_path):
+  pid_file = tmp_path / "worker.pid"  # a worker the experiment's process started
+  cmd = ["bash", "-c", f"sleep 120 & echo $! > {pid_file}; echo started; wait"]
+  status, wall = m.run_group(cmd, str(tmp_path / "x.log"), timeout=1.0)
+  assert status == "timeout" and wall < 30 and (tmp_path / "x.log").read_text() == "started\n"
+  status_file = f"/proc/{int(pid_file.read_text())}/status"
+  for _ in range(100):  # gone, or a zombie left to whoever reaps orphans
+    if not os.path.exists(status_file) or "\nState:\tZ" in open(status_file).read():
+      break
+    time.sleep(0.05)
+  else:
+    pytest.fail("the experiment's worker outlived its timeout")
+  assert m.run_group(["bash", "-c", "exit 3"], str(tmp_path / "y.log"), 10)[0] == "failed (exit 3)"
+
+
 def test_the_shell_script_answers_help_and_a_bad_command_line():
   script = os.path.join(os.path.dirname(m.__file__), "device_recall.sh")
   done = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, timeout=30)
