@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fixed_memory's and the scorecard's recall sweeps at Zoology's task on one GPU machine that
-# reaches no package registry (experiments/device_recall.py, under 10 minutes), with that
+# reaches no package registry (experiments/device_recall.py, within its 540 s budget), with that
 # machine's own Python 3.12 and its jax, flax, optax, orbax-checkpoint, chex and matplotlib.
 #
 #   bash experiments/device_recall.sh --wheels [DIR]    # where the registry is reachable: the
