@@ -32,6 +32,7 @@ workers. Where the budget stops it, a second call on the same machine resumes.
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,8 +145,6 @@ def table(name, rows):
 def run_one(name, out_dir, workdir, jobs, dry_run):
   """In the child process: `name`'s exploratory run at SIZE into workdir/name, its result and
   figure copied into out_dir."""
-  import shutil
-
   from experiments.engine import page, run
 
   exp, folder = experiment(name, dry_run), os.path.join(workdir, name)

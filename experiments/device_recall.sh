@@ -6,7 +6,7 @@
 #   bash experiments/device_recall.sh --wheels [DIR]    # where the registry is reachable: the
 #       wheels such a machine lacks, at this project's pins (requirements.txt's ml_collections,
 #       grain, array_record and tensorflow-datasets, and the versions pip resolved for what
-#       they import, TRANSITIVE below), for CPython 3.12 on manylinux x86_64 (~10 MB), into
+#       they import, TRANSITIVE below), for CPython 3.12 on manylinux x86_64 (~11 MB), into
 #       DIR (default .whl, which git ignores)
 #   bash experiments/device_recall.sh OUT_DIR [FLAGS]   # on the GPU machine, with the checkout
 #       and its .whl copied there: when one of those modules is missing, installs .whl into

@@ -9,7 +9,7 @@ CLONE, WORK = "/work/sc/full_v1", "/work/sc/full_v1_work"
 PY = "/work/main/.venv/bin/python"
 DONE = "/work/sc/packed_done.txt"
 # rough core-minutes per unit on this machine (exploratory + confirmatory stages); measured so far
-# 0.77-1.07 of these but gla_16 (87 for 62): gla_4 raised from 39 to 55 by that ratio
+# 0.64-1.07 of these but gla_16 (87 for 62): gla_4 raised from 39 to 55 by that ratio
 EST = {"softmax": 42, "sliding_window_4": 35, "sliding_window_16": 35, "linear_4": 30,
        "linear_16": 45, "gated_4": 50, "gated_16": 60, "mamba2_4": 64, "mamba2_16": 63,
        "gated_deltanet_4": 70, "gated_deltanet_16": 100, "gla_4": 55, "gla_16": 62,
